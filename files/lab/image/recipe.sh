@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Recipe of the lab node image: Debian 12 with systemd as PID 1 and what Ansible needs.
+# The image tag is this file's hash, so editing it is what triggers a rebuild.
+# Usage: recipe.sh ROOTFS_DIR
+set -euo pipefail
+rootfs=$1
+mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+debootstrap --variant=minbase \
+  --include=systemd,systemd-sysv,dbus,python3,python3-apt,procps,iproute2,ca-certificates,curl,sudo \
+  bookworm "$rootfs" "$mirror"
+# An empty machine-id makes systemd generate one per container.
+: > "$rootfs/etc/machine-id"
+# Units that have no job inside a container and slow or break its boot.
+for unit in systemd-remount-fs.service systemd-udevd.service systemd-udev-trigger.service \
+            getty.target console-getty.service systemd-logind.service apt-daily.timer \
+            apt-daily-upgrade.timer e2scrub_reap.service; do
+  ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+done
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Lab fleet control: systemd containers under podman that pose as GPU nodes.
+
+    labctl.py image                 build the node image if its recipe changed (cached otherwise)
+    labctl.py up   [-i INVENTORY]   start one container per inventory host, then provision the
+                                    simulated hardware (files/lab/provision.yml)
+    labctl.py down [-i INVENTORY]   remove those containers (--all: every lab container)
+
+Lab only: nothing in roles/ or playbooks/ uses this file.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "files/lab/image/recipe.sh"
+IMAGE_REPO = "localhost/sglang-fleet-lab"
+IMAGE_CURRENT = f"{IMAGE_REPO}:current"
+LABEL = "io.sglang-fleet.lab=node"
+DEFAULT_INVENTORY = ROOT / "inventory/lab/hosts.yml"
+
+
+def log(msg: str) -> None:
+    print(f"\033[1m[lab]\033[0m {msg}", flush=True)
+
+
+def podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], check=check, text=True,
+                          stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.PIPE if capture else None)
+
+
+def image_tag() -> str:
+    return f"{IMAGE_REPO}:{hashlib.sha256(RECIPE.read_bytes()).hexdigest()[:12]}"
+
+
+def image_exists(ref: str) -> bool:
+    return podman("image", "exists", ref, check=False).returncode == 0
+
+
+def build_image() -> str:
+    tag = image_tag()
+    if image_exists(tag):
+        log(f"image {tag} is up to date")
+    else:
+        log(f"building {tag} with debootstrap (a few minutes; the log follows)")
+        with tempfile.TemporaryDirectory(prefix="lab-rootfs-", dir=os.environ.get("TMPDIR")) as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            subprocess.run([str(RECIPE), str(rootfs)], check=True)
+            tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."],
+                                   stdout=subprocess.PIPE)
+            subprocess.run(["podman", "import", "--change", 'CMD ["/sbin/init"]', "-", tag],
+                           stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
+            if tar.wait() != 0:
+                sys.exit("lab: tar of the image rootfs failed")
+    podman("tag", tag, IMAGE_CURRENT)
+    return tag
+
+
+def inventory_hosts(inventory: Path) -> list[str]:
+    """Every host named in a YAML inventory file, in order, without duplicates."""
+    hosts: list[str] = []
+
+    def walk(group: dict) -> None:
+        for name in (group.get("hosts") or {}):
+            if name not in hosts:
+                hosts.append(name)
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    for group in (yaml.safe_load(inventory.read_text()) or {}).values():
+        walk(group or {})
+    return hosts
+
+
+def running(name: str) -> bool:
+    out = podman("inspect", "--format", "{{.State.Running}}", name, check=False)
+    return out.returncode == 0 and out.stdout.strip() == "true"
+
+
+def up(inventory: Path) -> None:
+    build_image()
+    for name in inventory_hosts(inventory):
+        if running(name):
+            log(f"{name} is running")
+            continue
+        podman("rm", "-f", name, check=False)
+        log(f"starting {name}")
+        # --network=none: lab nodes talk to nothing but themselves (loopback); the controller
+        # reaches them through `podman exec`, never through an IP address.
+        podman("run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
+               "--systemd=always", "--network=none", IMAGE_CURRENT, "/sbin/init")
+    wait_booted(inventory_hosts(inventory))
+    log("provisioning the simulated hardware")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory),
+                    str(ROOT / "files/lab/provision.yml")], check=True, env=env, cwd=ROOT,
+                   stdout=subprocess.DEVNULL if os.environ.get("LAB_QUIET") else None)
+
+
+def wait_booted(names: list[str], timeout: float = 120) -> None:
+    import time
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            state = podman("exec", name, "systemctl", "is-system-running", check=False).stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            if time.monotonic() > deadline:
+                sys.exit(f"lab: {name} did not boot within {timeout:.0f}s (systemd says {state!r})")
+            time.sleep(0.5)
+
+
+def down(inventory: Path | None) -> None:
+    if inventory is None:
+        names = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout.split()
+    else:
+        names = inventory_hosts(inventory)
+    for name in names:
+        if podman("container", "exists", name, check=False).returncode == 0:
+            log(f"removing {name}")
+            podman("rm", "-f", "-t", "0", name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("image", help="build the lab node image if its recipe changed")
+    for name in ("up", "down"):
+        p = sub.add_parser(name)
+        p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY)
+    sub.choices["down"].add_argument("--all", action="store_true", help="every lab container")
+    args = parser.parse_args(argv)
+    if shutil.which("podman") is None:
+        sys.exit("lab: podman is not installed; run bin/setup first")
+    if args.command == "image":
+        print(build_image())
+    elif args.command == "up":
+        up(args.inventory)
+    else:
+        down(None if args.all else args.inventory)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Lab fixture: an nvidia-smi for containers that pose as GPU nodes.
+
+Emulates the real CLI for what sglang-fleet queries: the default table (its header carries
+`Driver Version` and `CUDA Version`) and `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`,
+with the real error texts and exit codes. The simulated hardware is read from
+/etc/lab-gpu/gpus.json (written by files/lab/provision.yml). Never installed on a real host.
+"""
+import json
+import os
+import sys
+import time
+
+CONFIG = os.environ.get("LAB_GPU_CONFIG", "/etc/lab-gpu/gpus.json")
+NOT_LOADED = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+              "Make sure that the latest NVIDIA driver is installed and running.\n")
+FIELDS = {  # query field -> (header with units, value with units, value without units)
+    "index": lambda g, c: ("index", str(g["index"]), str(g["index"])),
+    "name": lambda g, c: ("name", g["name"], g["name"]),
+    "uuid": lambda g, c: ("uuid", g["uuid"], g["uuid"]),
+    "pci.bus_id": lambda g, c: ("pci.bus_id", g["pci_bus_id"], g["pci_bus_id"]),
+    "compute_cap": lambda g, c: ("compute_cap", g["compute_cap"], g["compute_cap"]),
+    "memory.total": lambda g, c: ("memory.total [MiB]", "%d MiB" % g["memory_mib"], str(g["memory_mib"])),
+    "driver_version": lambda g, c: ("driver_version", c["driver_version"], c["driver_version"]),
+    "count": lambda g, c: ("count", str(len(c["gpus"])), str(len(c["gpus"]))),
+}
+
+
+def table(cfg):
+    drv, cuda = cfg["driver_version"], cfg["cuda_version"]
+    sep = "+-----------------------------------------+------------------------+----------------------+"
+    out = [time.strftime("%a %b %d %H:%M:%S %Y") + "       ",
+           "+" + "-" * 89 + "+",
+           "| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|" % (drv, drv, cuda),
+           sep,
+           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+           "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+           "|                                         |                        |               MIG M. |",
+           "|=========================================+========================+======================|"]
+    for g in cfg["gpus"]:
+        name = g["name"][:25] if len(g["name"]) <= 25 else g["name"][:22] + "..."
+        mem = "%dMiB / %dMiB" % (0, g["memory_mib"])
+        out += ["| %3d  %-25s      On  |   %-16s Off |                    0 |" % (g["index"], name, g["pci_bus_id"]),
+                "| N/A   30C    P0             60W /  600W | %22s |      0%%      Default |" % mem,
+                "|                                         |                        |             Disabled |",
+                sep]
+    out += ["", "+" + "-" * 89 + "+",
+            "| Processes:" + " " * 78 + "|",
+            "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
+            "|        ID   ID                                                               Usage      |",
+            "|" + "=" * 89 + "|",
+            "|  No running processes found" + " " * 61 + "|",
+            "+" + "-" * 89 + "+"]
+    return "\n".join(out) + "\n"
+
+
+def query(cfg, fields, fmt):
+    for field in fields:
+        if field not in FIELDS:
+            sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % field)
+            return 2
+    if fmt[0] != "csv":
+        sys.stdout.write("Only CSV format is supported for --query-gpu.\n")
+        return 2
+    rows = [[FIELDS[f](g, cfg) for f in fields] for g in cfg["gpus"]]
+    if "noheader" not in fmt:
+        sys.stdout.write(", ".join(FIELDS[f](cfg["gpus"][0] if cfg["gpus"] else {}, cfg)[0]
+                                   if cfg["gpus"] else f for f in fields) + "\n")
+    column = 2 if "nounits" in fmt else 1
+    for row in rows:
+        sys.stdout.write(", ".join(cell[column] for cell in row) + "\n")
+    return 0
+
+
+def main(argv):
+    with open(CONFIG) as handle:
+        cfg = json.load(handle)
+    if cfg.get("state") == "driver-not-loaded":
+        sys.stdout.write(NOT_LOADED)
+        return 9
+    if cfg.get("state") == "no-devices" or not cfg["gpus"]:
+        sys.stdout.write("No devices were found\n")
+        return 6
+    opts = dict(arg.split("=", 1) if "=" in arg else (arg, "") for arg in argv)
+    if "--query-gpu" in opts:
+        return query(cfg, opts["--query-gpu"].split(","), opts.get("--format", "").split(","))
+    if argv:
+        sys.stdout.write("lab nvidia-smi: unsupported arguments %s\n" % " ".join(argv))
+        return 2
+    sys.stdout.write(table(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

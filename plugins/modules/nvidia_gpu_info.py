@@ -1,0 +1,210 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read the NVIDIA GPUs, driver and kernel module flavour of a host from nvidia-smi."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_gpu_info
+short_description: Report the NVIDIA GPUs, driver version and kernel module flavour of a host
+description:
+  - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits) for the per-GPU data and
+    the plain C(nvidia-smi) table for the CUDA version the driver supports.
+  - Reads the driver's version file (C(/proc/driver/nvidia/version)) to tell the open kernel
+    modules from the proprietary ones; Blackwell GPUs only work with the open ones.
+  - Read-only; fails with a precise message when nvidia-smi is missing, the driver is not
+    loaded, no GPU is present or the output cannot be parsed.
+options:
+  nvidia_smi:
+    description: Name or path of the nvidia-smi binary. A bare name is looked up in C(PATH).
+    type: str
+    default: nvidia-smi
+  driver_version_file:
+    description: The kernel driver's version file.
+    type: path
+    default: /proc/driver/nvidia/version
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - sglang-fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs of the host
+  nvidia_gpu_info:
+  register: gpu_info
+
+- name: Show the compute capability of the first GPU
+  ansible.builtin.debug:
+    msg: "{{ gpu_info.gpus[0].compute_capability }}"
+"""
+
+RETURN = r"""
+gpus:
+  description: One entry per GPU, ordered by index.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - index: 0
+      name: NVIDIA RTX PRO 6000 Blackwell Server Edition
+      uuid: GPU-5c52a68b-6ea6-dfd8-7182-2b3247b8097e
+      pci_bus_id: "00000000:01:00.0"
+      compute_capability: "12.0"
+      memory_total_mib: 97887
+gpu_count:
+  description: Number of GPUs found.
+  returned: success
+  type: int
+  sample: 8
+cuda_archs:
+  description: The distinct compute capabilities as CUDA arch numbers, sorted.
+  returned: success
+  type: list
+  elements: str
+  sample: ["120"]
+driver_version:
+  description: The NVIDIA driver version.
+  returned: success
+  type: str
+  sample: "580.95.05"
+cuda_driver_version:
+  description: The highest CUDA version the driver supports, from the nvidia-smi table header.
+  returned: success
+  type: str
+  sample: "13.0"
+kernel_module:
+  description: C(open), C(proprietary), or C(unknown) when the version file is unreadable.
+  returned: success
+  type: str
+  sample: open
+"""
+
+import csv
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "compute_cap", "memory.total", "driver_version")
+DRIVER_NOT_LOADED = "couldn't communicate with the NVIDIA driver"
+NO_DEVICES = "No devices were found"
+
+
+class GpuInfoError(Exception):
+    """A failure to report as the module's message."""
+
+
+def query_command(nvidia_smi):
+    return [nvidia_smi, "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"]
+
+
+def check_nvidia_smi_result(rc, out, err):
+    """Turn nvidia-smi's known failure modes into clear errors."""
+    text = (out or "") + (err or "")
+    if DRIVER_NOT_LOADED in text:
+        raise GpuInfoError(
+            "the NVIDIA driver is not loaded: nvidia-smi could not communicate with it "
+            "(after a driver install or upgrade a reboot is usually required): " + text.strip())
+    if NO_DEVICES in text:
+        raise GpuInfoError("nvidia-smi found no GPUs (No devices were found)")
+    if rc != 0:
+        raise GpuInfoError("nvidia-smi failed with exit code %d: %s" % (rc, text.strip() or "no output"))
+
+
+def parse_query(out):
+    """Parse the output of query_command() into a list of GPU dicts."""
+    gpus = []
+    for lineno, row in enumerate(csv.reader(out.splitlines(), skipinitialspace=True), start=1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != len(QUERY_FIELDS):
+            raise GpuInfoError("malformed nvidia-smi output, line %d: expected %d fields (%s), got %d: %r"
+                               % (lineno, len(QUERY_FIELDS), ", ".join(QUERY_FIELDS), len(row), ", ".join(row)))
+        index, name, uuid, bus_id, cap, memory, driver = (field.strip() for field in row)
+        if not index.isdigit() or not memory.isdigit() or not re.match(r"^\d+\.\d+$", cap):
+            raise GpuInfoError("malformed nvidia-smi output, line %d: index %r, compute_cap %r and "
+                               "memory.total %r must be numbers" % (lineno, index, cap, memory))
+        gpus.append({"index": int(index), "name": name, "uuid": uuid, "pci_bus_id": bus_id,
+                     "compute_capability": cap, "memory_total_mib": int(memory),
+                     "driver_version": driver})
+    if not gpus:
+        raise GpuInfoError("nvidia-smi found no GPUs (empty output)")
+    return sorted(gpus, key=lambda gpu: gpu["index"])
+
+
+def parse_cuda_driver_version(table):
+    """The 'CUDA Version: 13.0' field of the nvidia-smi table header."""
+    match = re.search(r"CUDA Version:\s*([0-9]+\.[0-9]+)", table)
+    if not match:
+        raise GpuInfoError("malformed nvidia-smi output: no 'CUDA Version' in the table header")
+    return match.group(1)
+
+
+def kernel_module_flavour(version_text):
+    """'open' or 'proprietary', from the driver's version file."""
+    if "Open Kernel Module" in version_text:
+        return "open"
+    if "Kernel Module" in version_text:
+        return "proprietary"
+    return "unknown"
+
+
+def cuda_archs(gpus):
+    return sorted({gpu["compute_capability"].replace(".", "") for gpu in gpus}, key=int)
+
+
+def gather(run_command, nvidia_smi, driver_version_file):
+    """Everything the module returns; run_command(args) -> (rc, out, err)."""
+    rc, out, err = run_command(query_command(nvidia_smi))
+    check_nvidia_smi_result(rc, out, err)
+    gpus = parse_query(out)
+    drivers = sorted({gpu.pop("driver_version") for gpu in gpus})
+    if len(drivers) != 1:
+        raise GpuInfoError("nvidia-smi reports several driver versions: %s" % ", ".join(drivers))
+    rc, table, err = run_command([nvidia_smi])
+    check_nvidia_smi_result(rc, table, err)
+    try:
+        with open(driver_version_file) as handle:
+            flavour = kernel_module_flavour(handle.read())
+    except OSError:
+        flavour = "unknown"
+    return {
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "cuda_archs": cuda_archs(gpus),
+        "driver_version": drivers[0],
+        "cuda_driver_version": parse_cuda_driver_version(table),
+        "kernel_module": flavour,
+    }
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "driver_version_file": {"type": "path", "default": "/proc/driver/nvidia/version"},
+        },
+        supports_check_mode=True,
+    )
+    nvidia_smi = module.params["nvidia_smi"]
+    binary = module.get_bin_path(nvidia_smi, opt_dirs=["/usr/bin", "/usr/local/nvidia/bin"])
+    if binary is None:
+        module.fail_json(msg="nvidia-smi not found (looked for %r in PATH, /usr/bin and "
+                             "/usr/local/nvidia/bin): is the NVIDIA driver installed?" % nvidia_smi)
+
+    def run_command(args):
+        return module.run_command([binary] + args[1:], environ_update={"LC_ALL": "C"})
+
+    try:
+        result = gather(run_command, binary, module.params["driver_version_file"])
+    except GpuInfoError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
