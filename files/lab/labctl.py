@@ -5,6 +5,7 @@
     labctl.py up   [-i INVENTORY]   start one container per inventory host, then provision the
                                     simulated hardware (files/lab/provision.yml)
     labctl.py down [-i INVENTORY]   remove those containers (--all: every lab container)
+    labctl.py inventory --nodes N   write a lab inventory of N nodes (lab-gpu-1..N) and print its path
 
 Lab only: nothing in roles/ or playbooks/ uses this file.
 """
@@ -82,6 +83,19 @@ def inventory_hosts(inventory: Path) -> list[str]:
     return hosts
 
 
+def write_inventory(nodes: int) -> Path:
+    """A lab inventory of N nodes that shares inventory/lab's group_vars and host_vars."""
+    folder = ROOT / ".lab" / f"fleet-{nodes}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for vars_dir in ("group_vars", "host_vars"):
+        link = folder / vars_dir
+        if (ROOT / "inventory/lab" / vars_dir).is_dir() and not link.exists():
+            link.symlink_to(ROOT / "inventory/lab" / vars_dir)
+    hosts = folder / "hosts.yml"
+    hosts.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {f"lab-gpu-{i}": None for i in range(1, nodes + 1)}}}))
+    return hosts
+
+
 def running(name: str) -> bool:
     out = podman("inspect", "--format", "{{.State.Running}}", name, check=False)
     return out.returncode == 0 and out.stdout.strip() == "true"
@@ -139,11 +153,14 @@ def main(argv: list[str] | None = None) -> None:
         p = sub.add_parser(name)
         p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY)
     sub.choices["down"].add_argument("--all", action="store_true", help="every lab container")
+    sub.add_parser("inventory", help="write a lab inventory of N nodes").add_argument("--nodes", type=int, required=True)
     args = parser.parse_args(argv)
     if shutil.which("podman") is None:
         sys.exit("lab: podman is not installed; run bin/setup first")
     if args.command == "image":
         print(build_image())
+    elif args.command == "inventory":
+        print(write_inventory(args.nodes).relative_to(ROOT))
     elif args.command == "up":
         up(args.inventory)
     else:

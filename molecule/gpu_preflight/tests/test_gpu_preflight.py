@@ -1,0 +1,64 @@
+"""gpu_preflight in the lab: what a converged node holds, and what a misfit node gets told."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fleet import run_playbook
+
+SCENARIO = Path(__file__).resolve().parents[1]
+ROOT = SCENARIO.parents[1]
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+testinfra_hosts = ["podman://preflight-fit"]
+
+
+def test_local_fact_records_the_hardware(host):
+    fact = json.loads(host.file("/etc/ansible/facts.d/gpu_preflight.fact").content_string)
+    assert fact["gpu_count"] == 8
+    assert fact["cuda_archs"] == "120"
+    assert fact["driver_version"] == "580.95.05"
+    assert fact["cuda_driver_version"] == "13.0"
+    assert fact["kernel_module"] == "open"
+    assert {g["compute_capability"] for g in fact["gpus"]} == {"12.0"}
+    assert len({g["uuid"] for g in fact["gpus"]}) == 8
+
+
+def test_check_mode_on_the_converged_node_changes_nothing():
+    run = run_playbook(ROOT / "playbooks/preflight.yml", INVENTORY, check=True, diff=True)
+    assert run.rc == 0, run.hosts
+    assert run.hosts["preflight-fit"].changed == 0
+
+
+def test_facts_for_later_roles_are_set():
+    run = run_playbook(ROOT / "playbooks/preflight.yml", INVENTORY)
+    facts = run.hosts["preflight-fit"].facts
+    assert facts["gpu_preflight_gpu_count"] == 8
+    assert facts["gpu_preflight_cuda_archs"] == "120"
+
+
+def test_the_h200_node_is_refused_with_what_was_expected_and_found():
+    run = run_playbook(SCENARIO / "refuse.yml", INVENTORY)
+    result = run.hosts["preflight-h200"]
+    assert result.failed == 1 and result.changed == 0
+    message = result.failures[0]["msg"]
+    assert message.startswith("preflight-h200 does not fit the GPU profile")
+    assert "GPU count: expected 8, found 1" in message
+    assert "compute capability: expected 12.0 on every GPU, found 9.0 (NVIDIA H200)" in message
+
+
+def test_the_refused_node_was_not_touched(host):
+    misfit = host.get_host("podman://preflight-h200")
+    assert not misfit.file("/etc/ansible/facts.d/gpu_preflight.fact").exists
+
+
+@pytest.mark.parametrize("extravars,expected", [
+    ({"gpu_preflight_expected_gpu_count": "eight"}, "gpu_preflight_expected_gpu_count"),
+    ({"gpu_preflight_require_open_kernel_module": "perhaps"}, "gpu_preflight_require_open_kernel_module"),
+])
+def test_a_wrong_variable_fails_before_any_change(extravars, expected):
+    run = run_playbook(ROOT / "playbooks/preflight.yml", INVENTORY, extravars=extravars)
+    result = run.hosts["preflight-fit"]
+    assert result.failed == 1 and result.changed == 0
+    assert "argument spec" in result.failures[0]["msg"].lower() or "validation" in result.failures[0]["msg"].lower()
+    assert expected in json.dumps(result.failures[0])

@@ -1,0 +1,56 @@
+"""The lab's nvidia-smi prints what the real one prints (compared with an H200 capture),
+so the preflight module reads lab nodes through its real parsing path."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import nvidia_gpu_info
+from conftest import FIXTURES, ROOT
+
+SMI = FIXTURES / "nvidia-smi"
+FAKE = ROOT / "files/lab/nvidia-smi.py"
+H200 = {"state": "ok", "driver_version": "580.159.04", "cuda_version": "13.0",
+        "gpus": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-5c52a68b-6ea6-dfd8-7182-2b3247b8097e",
+                  "pci_bus_id": "00000000:00:06.0", "compute_cap": "9.0", "memory_mib": 143771}]}
+
+
+@pytest.fixture
+def lab_smi(tmp_path, monkeypatch):
+    def run(*args, config=H200):
+        path = tmp_path / "gpus.json"
+        path.write_text(json.dumps(config))
+        proc = subprocess.run([sys.executable, str(FAKE), *args], capture_output=True, text=True,
+                              env={"LAB_GPU_CONFIG": str(path)})
+        return proc.returncode, proc.stdout
+    return run
+
+
+QUERY = "--query-gpu=index,name,uuid,pci.bus_id,compute_cap,memory.total,driver_version"
+
+
+@pytest.mark.parametrize("fmt,capture", [("csv,noheader,nounits", "h200-query-noheader-nounits.csv"),
+                                         ("csv", "h200-query-header.csv")])
+def test_query_matches_the_real_capture(lab_smi, fmt, capture):
+    assert lab_smi(QUERY, "--format=" + fmt) == (0, (SMI / capture).read_text())
+
+
+def test_table_matches_the_real_capture_but_for_the_clock_and_sensors(lab_smi):
+    rc, out = lab_smi()
+    real = (SMI / "h200-table.txt").read_text().splitlines()
+    lab = out.splitlines()
+    assert rc == 0 and len(lab) == len(real)
+    differing = [i for i, (a, b) in enumerate(zip(lab, real)) if a != b]
+    assert differing == [0, 9]  # the date line and the temperature/power line
+
+
+def test_bad_field_is_refused_as_the_real_one_does(lab_smi):
+    assert lab_smi("--query-gpu=index,bogus", "--format=csv") == (2, (SMI / "bad-field.txt").read_text())
+
+
+def test_driver_not_loaded_is_reported_as_the_real_one_does(lab_smi):
+    rc, out = lab_smi(QUERY, "--format=csv", config=dict(H200, state="driver-not-loaded"))
+    assert rc == 9
+    with pytest.raises(nvidia_gpu_info.GpuInfoError, match="driver is not loaded"):
+        nvidia_gpu_info.check_nvidia_smi_result(rc, out, "")

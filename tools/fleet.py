@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Run a playbook over the fleet through ansible-runner and report where each host stands.
+
+    tools/fleet.py -i inventory/lab site.yml [--tags preflight] [--check] [--json out.json]
+
+The report lists, per host, the play recap (ok/changed/failed/unreachable), the facts the
+roles set for the roles after them (GPU count, arch list, driver...) and the first failure.
+The same API (run_playbook) is what the tests use to read per-host results.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import ansible_runner
+
+ROOT = Path(__file__).resolve().parents[1]
+# Facts set by the roles for the roles after them; the report shows these.
+FACT_PREFIXES = ("gpu_preflight_", "cuda_toolkit_", "flash_attn_", "sglang_")
+STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
+
+
+@dataclass
+class HostResult:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    facts: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+    changed_tasks: list = field(default_factory=list)
+
+
+@dataclass
+class PlaybookRun:
+    playbook: str
+    inventory: list
+    status: str
+    rc: int
+    hosts: dict
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(h.failed + h.unreachable for h in self.hosts.values())
+
+
+def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | list, *, tags: str | None = None,
+                 limit: str | None = None, check: bool = False, diff: bool = False,
+                 extravars: dict | None = None, quiet: bool = True) -> PlaybookRun:
+    """Run one playbook with ansible-runner and collect per-host stats, facts and failures."""
+    inventories = [str(Path(i).resolve()) for i in (inventory if isinstance(inventory, list) else [inventory])]
+    cmdline = []
+    for inv in inventories[1:]:
+        cmdline += ["-i", inv]
+    if tags:
+        cmdline += ["--tags", tags]
+    if limit:
+        cmdline += ["--limit", limit]
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    private = tempfile.mkdtemp(prefix="fleet-run-")
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=private, project_dir=str(ROOT), playbook=str(Path(playbook).resolve()),
+            inventory=inventories[0], cmdline=" ".join(cmdline) or None, extravars=extravars or {},
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+                     # the ansible-playbook of the Python running this (the project's .venv)
+                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])},
+            quiet=quiet, settings={"suppress_env_files": True},
+            fact_cache_type="")  # keep ansible.cfg's own fact cache, shared with plain CLI runs
+        hosts: dict[str, HostResult] = {}
+        for event in runner.events:
+            data = event.get("event_data", {})
+            host = data.get("host")
+            if not host:
+                continue
+            result = hosts.setdefault(host, HostResult())
+            res = data.get("res") or {}
+            if event["event"] == "runner_on_ok":
+                if data.get("task_action") not in ("ansible.builtin.gather_facts", "gather_facts", "setup"):
+                    result.facts.update({k: v for k, v in (res.get("ansible_facts") or {}).items()
+                                         if k.startswith(FACT_PREFIXES)})
+                if res.get("changed"):
+                    result.changed_tasks.append(data.get("task"))
+            elif event["event"] in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+                result.failures.append({"task": data.get("task"), "msg": res.get("msg", "")})
+        stats = runner.stats or {}
+        for key in STAT_KEYS:
+            for host, count in (stats.get(key) or {}).items():
+                result = hosts.setdefault(host, HostResult())
+                attr = {"failures": "failed", "dark": "unreachable"}.get(key, key)
+                if hasattr(result, attr):
+                    setattr(result, attr, count)
+        return PlaybookRun(playbook=str(playbook), inventory=inventories, status=runner.status,
+                           rc=runner.rc, hosts=dict(sorted(hosts.items())))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def describe_gpus(facts: dict) -> str:
+    gpus = facts.get("gpu_preflight_gpus") or []
+    if not gpus:
+        return "-"
+    names = sorted({g["name"] for g in gpus})
+    caps = sorted({g["compute_capability"] for g in gpus})
+    return "%dx %s (cc %s)" % (len(gpus), ", ".join(names), ", ".join(caps))
+
+
+def report(run: PlaybookRun) -> str:
+    rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA")]
+    for host, r in run.hosts.items():
+        f = r.facts
+        rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
+                     str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
+                     str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-")))))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(run.hosts), run.status)]
+    lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    for host, r in run.hosts.items():
+        for failure in r.failures:
+            lines.append("  ! %s: %s: %s" % (host, failure["task"], failure["msg"]))
+    if not run.hosts:
+        lines.append("  ! ansible-playbook ended (rc=%s) before any host ran: see its output above" % run.rc)
+    lines.append("  %d host(s) ok, %d failed; %d change(s) in all"
+                 % (sum(1 for r in run.hosts.values() if not (r.failed or r.unreachable)),
+                    sum(1 for r in run.hosts.values() if r.failed or r.unreachable), run.changed))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("playbook")
+    parser.add_argument("-i", "--inventory", action="append", required=True)
+    parser.add_argument("-t", "--tags")
+    parser.add_argument("-l", "--limit")
+    parser.add_argument("-C", "--check", action="store_true")
+    parser.add_argument("-D", "--diff", action="store_true")
+    parser.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    args = parser.parse_args(argv)
+    extravars = dict(kv.split("=", 1) for kv in args.extra_var)
+    run = run_playbook(args.playbook, args.inventory, tags=args.tags, limit=args.limit, check=args.check,
+                       diff=args.diff, extravars=extravars, quiet=False)
+    print(report(run))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"playbook": run.playbook, "status": run.status, "rc": run.rc,
+                                         "hosts": {h: asdict(r) for h, r in run.hosts.items()}}, indent=2) + "\n")
+    return 0 if run.rc == 0 else (run.rc or 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
