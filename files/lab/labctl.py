@@ -5,7 +5,9 @@
     labctl.py up   [-i INVENTORY]   start one container per inventory host, then provision the
                                     simulated hardware (files/lab/provision.yml)
     labctl.py down [-i INVENTORY]   remove those containers (--all: every lab container)
-    labctl.py inventory --nodes N   write a lab inventory of N nodes (lab-gpu-1..N) and print its path
+    labctl.py inventory --nodes N [--prefix P]
+                                    write a lab inventory of N nodes (P-1..P-N, default lab-gpu)
+                                    and print its path
 
 Lab only: nothing in roles/ or playbooks/ uses this file.
 """
@@ -18,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -83,16 +86,16 @@ def inventory_hosts(inventory: Path) -> list[str]:
     return hosts
 
 
-def write_inventory(nodes: int) -> Path:
+def write_inventory(nodes: int, prefix: str = "lab-gpu") -> Path:
     """A lab inventory of N nodes that shares inventory/lab's group_vars and host_vars."""
-    folder = ROOT / ".lab" / f"fleet-{nodes}"
+    folder = ROOT / ".lab" / f"{prefix}-fleet-{nodes}"
     folder.mkdir(parents=True, exist_ok=True)
     for vars_dir in ("group_vars", "host_vars"):
         link = folder / vars_dir
         if (ROOT / "inventory/lab" / vars_dir).is_dir() and not link.exists():
             link.symlink_to(ROOT / "inventory/lab" / vars_dir)
     hosts = folder / "hosts.yml"
-    hosts.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {f"lab-gpu-{i}": None for i in range(1, nodes + 1)}}}))
+    hosts.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {f"{prefix}-{i}": None for i in range(1, nodes + 1)}}}))
     return hosts
 
 
@@ -122,7 +125,6 @@ def up(inventory: Path) -> None:
 
 
 def wait_booted(names: list[str], timeout: float = 120) -> None:
-    import time
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
@@ -153,14 +155,16 @@ def main(argv: list[str] | None = None) -> None:
         p = sub.add_parser(name)
         p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY)
     sub.choices["down"].add_argument("--all", action="store_true", help="every lab container")
-    sub.add_parser("inventory", help="write a lab inventory of N nodes").add_argument("--nodes", type=int, required=True)
+    inv = sub.add_parser("inventory", help="write a lab inventory of N nodes")
+    inv.add_argument("--nodes", type=int, required=True)
+    inv.add_argument("--prefix", default="lab-gpu")
     args = parser.parse_args(argv)
     if shutil.which("podman") is None:
         sys.exit("lab: podman is not installed; run bin/setup first")
     if args.command == "image":
         print(build_image())
     elif args.command == "inventory":
-        print(write_inventory(args.nodes).relative_to(ROOT))
+        print(write_inventory(args.nodes, args.prefix).relative_to(ROOT))
     elif args.command == "up":
         up(args.inventory)
     else:
