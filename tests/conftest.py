@@ -5,3 +5,37 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 for sub in ("plugins/modules", "plugins/filter", "files/lab", "tools"):
     sys.path.insert(0, str(ROOT / sub))
+
+
+import shutil
+import zipfile
+
+import pytest
+
+UPSTREAM = ROOT / ".cache/upstream"
+PINNED = {"sglang": "0.5.9", "flashinfer-python": "0.6.3"}
+
+
+def _extracted(project, version):
+    """The real upstream wheel, extracted once per session under .cache/upstream."""
+    import labctl
+    target = UPSTREAM / f"{project}-{version}"
+    if not (target / ".complete").exists():
+        wheel = labctl.fetch_wheel(project, version, UPSTREAM)
+        shutil.rmtree(target, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(target)
+        (target / ".complete").touch()
+    return target
+
+
+@pytest.fixture
+def site_packages(tmp_path):
+    """make(sglang_version=...) -> a fresh site-packages holding real sglang and flashinfer sources."""
+    def make(sglang_version=PINNED["sglang"]):
+        dest = tmp_path / f"site-packages-{sglang_version}"
+        for project, version in (("sglang", sglang_version), ("flashinfer-python", PINNED["flashinfer-python"])):
+            shutil.copytree(_extracted(project, version), dest, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".complete"))
+        return dest
+    return make

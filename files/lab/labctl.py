@@ -2,6 +2,7 @@
 """Lab fleet control: systemd containers under podman that pose as GPU nodes.
 
     labctl.py image                 build the node image if its recipe changed (cached otherwise)
+    labctl.py wheelhouse            fetch the real sglang/flashinfer wheels the lab nodes install
     labctl.py up   [-i INVENTORY]   start one container per inventory host, then provision the
                                     simulated hardware (files/lab/provision.yml)
     labctl.py down [-i INVENTORY]   remove those containers (--all: every lab container)
@@ -31,6 +32,8 @@ IMAGE_REPO = "localhost/sglang-fleet-lab"
 IMAGE_CURRENT = f"{IMAGE_REPO}:current"
 LABEL = "io.sglang-fleet.lab=node"
 DEFAULT_INVENTORY = ROOT / "inventory/lab/hosts.yml"
+# Mounted read-only into every lab node at /srv/lab-wheelhouse (lab nodes have no network).
+WHEELHOUSE = ROOT / ".cache/lab-wheelhouse"
 
 
 def log(msg: str) -> None:
@@ -70,6 +73,28 @@ def build_image() -> str:
     return tag
 
 
+def fetch_wheel(project: str, version: str, dest: Path) -> Path:
+    """The project's wheel in dest, downloaded with pip (no dependencies) unless already there."""
+    dest.mkdir(parents=True, exist_ok=True)
+    pattern = f"{project.replace('-', '_')}-{version}-*.whl"
+    found = sorted(dest.glob(pattern))
+    if not found:
+        log(f"downloading {project}=={version}")
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--only-binary=:all:", "-d", str(dest), f"{project}=={version}"], check=True)
+        found = sorted(dest.glob(pattern))
+    if not found:
+        sys.exit(f"lab: pip gave no wheel for {project}=={version}")
+    return found[0]
+
+
+def fill_wheelhouse() -> list[Path]:
+    """The sglang and flashinfer-python wheels at the sglang role's pins."""
+    pins = yaml.safe_load((ROOT / "roles/sglang/defaults/main.yml").read_text())
+    return [fetch_wheel("sglang", pins["sglang_version"], WHEELHOUSE),
+            fetch_wheel("flashinfer-python", pins["sglang_flashinfer_version"], WHEELHOUSE)]
+
+
 def inventory_hosts(inventory: Path) -> list[str]:
     """Every host named in a YAML inventory file, in order, without duplicates."""
     hosts: list[str] = []
@@ -99,15 +124,21 @@ def write_inventory(nodes: int, prefix: str = "lab-gpu") -> Path:
     return hosts
 
 
-def running(name: str) -> bool:
-    out = podman("inspect", "--format", "{{.State.Running}}", name, check=False)
-    return out.returncode == 0 and out.stdout.strip() == "true"
+def running_current(name: str) -> bool:
+    """The container runs, from the current image (a rebuilt image means a fresh node)."""
+    out = podman("inspect", "--format", "{{.State.Running}} {{.Image}}", name, check=False)
+    if out.returncode != 0:
+        return False
+    state, image = out.stdout.split()
+    current = podman("image", "inspect", "--format", "{{.Id}}", IMAGE_CURRENT).stdout.strip()
+    return state == "true" and image == current
 
 
 def up(inventory: Path) -> None:
     build_image()
+    fill_wheelhouse()
     for name in inventory_hosts(inventory):
-        if running(name):
+        if running_current(name):
             log(f"{name} is running")
             continue
         podman("rm", "-f", name, check=False)
@@ -115,7 +146,8 @@ def up(inventory: Path) -> None:
         # --network=none: lab nodes talk to nothing but themselves (loopback); the controller
         # reaches them through `podman exec`, never through an IP address.
         podman("run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
-               "--systemd=always", "--network=none", IMAGE_CURRENT, "/sbin/init")
+               "--systemd=always", "--network=none", "--volume", f"{WHEELHOUSE}:/srv/lab-wheelhouse:ro",
+               IMAGE_CURRENT, "/sbin/init")
     wait_booted(inventory_hosts(inventory))
     log("provisioning the simulated hardware")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
@@ -151,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("image", help="build the lab node image if its recipe changed")
+    sub.add_parser("wheelhouse", help="fetch the wheels the lab nodes install")
     for name in ("up", "down"):
         p = sub.add_parser(name)
         p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY)
@@ -163,6 +196,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("lab: podman is not installed; run bin/setup first")
     if args.command == "image":
         print(build_image())
+    elif args.command == "wheelhouse":
+        for wheel in fill_wheelhouse():
+            print(wheel.relative_to(ROOT))
     elif args.command == "inventory":
         print(write_inventory(args.nodes, args.prefix).relative_to(ROOT))
     elif args.command == "up":

@@ -6,7 +6,7 @@ set -euo pipefail
 rootfs=$1
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 debootstrap --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,python3,python3-apt,procps,iproute2,ca-certificates,curl,sudo \
+  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,procps,iproute2,ca-certificates,curl,sudo \
   bookworm "$rootfs" "$mirror"
 # An empty machine-id makes systemd generate one per container.
 : > "$rootfs/etc/machine-id"

@@ -1,0 +1,115 @@
+"""The probe against the real sglang 0.5.9 / flashinfer 0.6.3 sources (and sglang 0.5.10)."""
+import ast
+
+import pytest
+
+import sglang_patch_probe as probe_mod
+
+SETTINGS = {"symm_mem_max_sizes_mib": {2: 64, 4: 64, 6: 128, 8: 128}, "multimem_world_sizes": []}
+ALL = list(probe_mod.ALL_PATCHES)
+
+
+def plan(site, names=ALL, **kw):
+    return probe_mod.probe(str(site), names, SETTINGS, **kw)
+
+
+def by_name(result):
+    return {p["name"]: p for p in result["patches"]}
+
+
+def test_everything_needs_patching_on_0_5_9(site_packages):
+    result, errors = plan(site_packages())
+    assert errors == []
+    assert (result["sglang_version"], result["flashinfer_version"]) == ("0.5.9", "0.6.3")
+    assert {p["status"] for p in result["patches"]} == {"apply"}
+
+
+def test_0_5_10_already_has_the_kimi_delegation(site_packages):
+    result, errors = plan(site_packages("0.5.10"))
+    assert errors == []
+    patches = by_name(result)
+    assert patches["kimi_k25_eagle3"]["status"] == "upstream"
+    assert patches["sm120_symm_mem_max_sizes"]["status"] == "apply"
+
+
+def test_only_the_missing_methods_are_added(site_packages):
+    site = site_packages()
+    path = site / "sglang/srt/models/kimi_k25.py"
+    text = path.read_text().replace("    def load_weights(self, weights", "    def get_embed_and_head(self):\n"
+                                    "        return None\n\n    def load_weights(self, weights", 1)
+    path.write_text(text)
+    block = by_name(plan(site)[0])["kimi_k25_eagle3"]["block"]
+    assert "def get_embed_and_head" not in block
+    assert "def set_embed_and_head" in block and "def set_eagle3_layers_to_capture" in block
+
+
+def test_the_blocks_compile_where_they_go(site_packages):
+    site = site_packages()
+    for entry in plan(site)[0]["patches"]:
+        lines = open(entry["path"]).read().splitlines(True)
+        anchor = entry["insertafter"] or entry["insertbefore"]
+        at = probe_mod.find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
+        patched = "".join(lines[:at]) + entry["block"] + "\n" + "".join(lines[at:])
+        compile(patched, entry["path"], "exec")
+
+
+def test_the_table_entry_uses_the_configured_sizes(site_packages):
+    settings = dict(SETTINGS, symm_mem_max_sizes_mib={8: 256, 2: 32})
+    result, _ = probe_mod.probe(str(site_packages()), ALL, settings)
+    assert "12: {2: 32 * MiB, 8: 256 * MiB}," in by_name(result)["sm120_symm_mem_max_sizes"]["block"]
+
+
+def test_the_flashinfer_block_reuses_upstream_sources(site_packages):
+    block = by_name(plan(site_packages())[0])["sm120_flashinfer_trtllm_comm"]["block"]
+    assert "supported_major_versions=[9, 10, 12]" in block
+    assert "trtllm_moe_allreduce_fusion.cu" in block
+
+
+def test_missing_anchor_is_named_with_the_file(site_packages):
+    site = site_packages()
+    path = site / "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+    path.write_text(path.read_text().replace("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {",
+                                             "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {  # per capability"))
+    result, errors = plan(site)
+    assert errors == ["sm120_symm_mem_max_sizes: anchor /^TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = \\{$/ matches 0 lines "
+                      "in %s, expected exactly one" % path]
+
+
+def test_a_changed_table_is_drift(site_packages):
+    site = site_packages()
+    path = site / "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
+    path.write_text(path.read_text().replace("    _WORLD_SIZES_MULTIMEM = {", "    _WORLD_SIZES_MULTIMEM: dict = {"))
+    _, errors = plan(site)
+    assert errors == ["sm120_symm_mem_multimem: upstream drifted in %s (anchor /^    _WORLD_SIZES_MULTIMEM = \\{$/): "
+                      "TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM is no longer a dict literal" % path]
+
+
+def test_missing_kimi_file_names_the_release(site_packages):
+    site = site_packages()
+    (site / "sglang/srt/models/kimi_k25.py").unlink()
+    _, errors = plan(site)
+    assert errors == ["kimi_k25_eagle3: KimiK25 is not in sglang 0.5.9 (no sglang/srt/models/kimi_k25.py): this "
+                      "release cannot serve Kimi-K2.5; set sglang_patches_kimi_k25_eagle3: false if this fleet "
+                      "serves another model"]
+    _, errors = plan(site, names=[n for n in ALL if n != "kimi_k25_eagle3"])
+    assert errors == []
+
+
+def test_a_gate_flag_read_elsewhere_is_drift(site_packages):
+    site = site_packages()
+    path = site / "sglang/srt/layers/communicator.py"
+    path.write_text(path.read_text() + "\n\ndef other():\n    return _is_sm100_supported\n")
+    _, errors = plan(site)
+    assert len(errors) == 1 and "also read on line" in errors[0]
+
+
+def test_verify_fails_on_an_unpatched_tree(site_packages):
+    _, errors = plan(site_packages(), mode="verify")
+    assert len(errors) == 5 and all(e.endswith("not applied") for e in errors)
+
+
+def test_methods_at_module_level_are_not_in_effect():
+    tree = ast.parse("class KimiK25ForConditionalGeneration:\n    def __init__(self):\n        self.language_model = 1\n"
+                     "EntryClass = [KimiK25ForConditionalGeneration]\n"
+                     "def get_embed_and_head(self):\n    pass\n")
+    assert probe_mod.KimiK25Eagle3().in_effect(tree, SETTINGS).startswith("KimiK25ForConditionalGeneration lacks")
