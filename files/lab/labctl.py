@@ -3,6 +3,7 @@
 
     labctl.py image                 build the node image if its recipe changed (cached otherwise)
     labctl.py wheelhouse            fetch the real sglang/flashinfer wheels the lab nodes install
+    labctl.py aptrepo               build the signed CUDA apt mirror the lab nodes install from
     labctl.py up   [-i INVENTORY]   start one container per inventory host, then provision the
                                     simulated hardware (files/lab/provision.yml)
     labctl.py down [-i INVENTORY]   remove those containers (--all: every lab container)
@@ -25,6 +26,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+import aptrepo
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "files/lab/image/recipe.sh"
@@ -137,6 +140,7 @@ def running_current(name: str) -> bool:
 def up(inventory: Path) -> None:
     build_image()
     fill_wheelhouse()
+    aptrepo.build()
     for name in inventory_hosts(inventory):
         if running_current(name):
             log(f"{name} is running")
@@ -147,6 +151,7 @@ def up(inventory: Path) -> None:
         # reaches them through `podman exec`, never through an IP address.
         podman("run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
                "--systemd=always", "--network=none", "--volume", f"{WHEELHOUSE}:/srv/lab-wheelhouse:ro",
+               "--volume", f"{aptrepo.REPO}:/srv/lab-apt:ro",
                IMAGE_CURRENT, "/sbin/init")
     wait_booted(inventory_hosts(inventory))
     log("provisioning the simulated hardware")
@@ -184,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("image", help="build the lab node image if its recipe changed")
     sub.add_parser("wheelhouse", help="fetch the wheels the lab nodes install")
+    sub.add_parser("aptrepo", help="build the lab's signed CUDA apt mirror")
     for name in ("up", "down"):
         p = sub.add_parser(name)
         p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY)
@@ -196,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("lab: podman is not installed; run bin/setup first")
     if args.command == "image":
         print(build_image())
+    elif args.command == "aptrepo":
+        print(aptrepo.build().relative_to(ROOT))
     elif args.command == "wheelhouse":
         for wheel in fill_wheelhouse():
             print(wheel.relative_to(ROOT))

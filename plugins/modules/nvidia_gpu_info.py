@@ -92,6 +92,7 @@ from ansible.module_utils.basic import AnsibleModule
 QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "compute_cap", "memory.total", "driver_version")
 DRIVER_NOT_LOADED = "couldn't communicate with the NVIDIA driver"
 NO_DEVICES = "No devices were found"
+LIBRARY_MISMATCH = "Driver/library version mismatch"
 
 
 class GpuInfoError(Exception):
@@ -109,6 +110,10 @@ def check_nvidia_smi_result(rc, out, err):
         raise GpuInfoError(
             "the NVIDIA driver is not loaded: nvidia-smi could not communicate with it "
             "(after a driver install or upgrade a reboot is usually required): " + text.strip())
+    if LIBRARY_MISMATCH in text:
+        raise GpuInfoError(
+            "driver/library version mismatch: the loaded NVIDIA kernel module is not the installed "
+            "driver's, a reboot is required to finish the driver change: " + text.strip())
     if NO_DEVICES in text:
         raise GpuInfoError("nvidia-smi found no GPUs (No devices were found)")
     if rc != 0:

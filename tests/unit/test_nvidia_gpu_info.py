@@ -66,6 +66,8 @@ def test_mixed_capabilities_sort_numerically():
     (9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
         "Make sure that the latest NVIDIA driver is installed and running.\n", "driver is not loaded"),
     (6, "No devices were found\n", "found no GPUs"),
+    (18, "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n",
+     "a reboot is required"),
     (2, 'Field "bogus" is not a valid field to query.\n\n', "exit code 2: Field \"bogus\""),
     (0, "", "found no GPUs"),
 ])

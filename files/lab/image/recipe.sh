@@ -6,7 +6,7 @@ set -euo pipefail
 rootfs=$1
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 debootstrap --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,procps,iproute2,ca-certificates,curl,sudo \
+  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,python3-debian,procps,iproute2,ca-certificates,curl,sudo \
   bookworm "$rootfs" "$mirror"
 # An empty machine-id makes systemd generate one per container.
 : > "$rootfs/etc/machine-id"
@@ -16,4 +16,7 @@ for unit in systemd-remount-fs.service systemd-udevd.service systemd-udev-trigge
             apt-daily-upgrade.timer e2scrub_reap.service; do
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done
+# Lab nodes are offline (--network=none): no Debian source to fail on; the lab's own apt mirror
+# is mounted at /srv/lab-apt and configured by the roles under test.
+rm -f "$rootfs"/etc/apt/sources.list "$rootfs"/etc/apt/sources.list.d/*
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
