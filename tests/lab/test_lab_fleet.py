@@ -11,12 +11,16 @@ from conftest import ROOT
 
 
 @pytest.fixture(scope="module")
-def fleet():
+def fleet(tmp_path_factory):
+    # Fresh containers get a fact cache of their own, not one a previous fleet of the same names left.
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path_factory.mktemp("facts")))
     inventory = labctl.write_inventory(2, prefix="labtest-gpu")
     subprocess.run([sys.executable, str(ROOT / "files/lab/labctl.py"), "up", "-i", str(inventory)],
                    check=True, env={"LAB_QUIET": "1", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     yield inventory
     labctl.down(inventory)
+    mp.undo()
 
 
 def test_two_nodes_converge_then_rerun_changes_nothing(fleet):

@@ -18,7 +18,9 @@ TARGETS = ["sglang/srt/models/kimi_k25.py",
 
 
 @pytest.fixture
-def inventory(tmp_path):
+def inventory(tmp_path, monkeypatch):
+    # A fact cache of its own: the run must not lean on facts another run left behind.
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "facts"))
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
