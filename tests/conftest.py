@@ -7,6 +7,20 @@ for sub in ("plugins/modules", "plugins/filter", "files/lab", "tools"):
     sys.path.insert(0, str(ROOT / sub))
 
 
+def _register_module_utils():
+    """Modules import ours as ansible.module_utils.<name>, as they do on a managed host."""
+    import importlib.util
+    for path in (ROOT / "plugins/module_utils").glob("*.py"):
+        name = "ansible.module_utils." + path.stem
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
+_register_module_utils()
+
+
 import shutil
 import zipfile
 

@@ -150,7 +150,9 @@ def up(inventory: Path) -> None:
         # --network=none: lab nodes talk to nothing but themselves (loopback); the controller
         # reaches them through `podman exec`, never through an IP address.
         podman("run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
-               "--systemd=always", "--network=none", "--volume", f"{WHEELHOUSE}:/srv/lab-wheelhouse:ro",
+               # SYS_ADMIN: systemd's sandboxing (ProtectSystem=, PrivateTmp=...) needs namespaces.
+               "--systemd=always", "--network=none", "--cap-add", "SYS_ADMIN",
+               "--volume", f"{WHEELHOUSE}:/srv/lab-wheelhouse:ro",
                "--volume", f"{aptrepo.REPO}:/srv/lab-apt:ro",
                IMAGE_CURRENT, "/sbin/init")
     wait_booted(inventory_hosts(inventory))

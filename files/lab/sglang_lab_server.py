@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""Lab fixture: stands in for `python -m sglang.launch_server` on lab nodes, which have no GPU.
+
+The lab's unit is rendered by the same template and differs only in the module after -m
+(`sglang_fleet_lab_server`, this file). It checks its arguments with the same flag lint as the
+role, against the sglang installed in the venv that runs it, then serves on loopback the
+OpenAI-compatible endpoints the health gate and bench_serving use: /health, /v1/models,
+/v1/chat/completions and /v1/completions (streaming too), /get_server_info.
+
+Behaviour comes from /etc/lab-gpu/server.json (written by files/lab/provision.yml):
+  mode: healthy | never-healthy | crash | garbage
+  startup_seconds: how long "loading the model" takes
+  tokens_per_second: simulated decode speed (for benchmarks)
+"""
+import json
+import os
+import sys
+import sysconfig
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import sglang_fleet_lab_args as sglang_args
+
+CONFIG = os.environ.get("LAB_SERVER_CONFIG", "/etc/lab-gpu/server.json")
+ANSWERS = {"17 + 25": "42"}
+
+
+def load_config():
+    try:
+        with open(CONFIG) as handle:
+            return json.load(handle)
+    except OSError:
+        return {}
+
+
+def answer_for(prompt, mode):
+    if mode == "garbage":
+        return "\u00bf\u00bf\u00bf !!!! ####"
+    for question, answer in ANSWERS.items():
+        if question in prompt:
+            return answer
+    return "This is the sglang-fleet lab server; lab numbers are simulated."
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "sglang-fleet-lab"
+
+    def log_message(self, fmt, *args):  # into the journal, one line a request
+        sys.stderr.write("lab-server: %s\n" % (fmt % args))
+
+    def send_json(self, code, payload):
+        body = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def authorized(self):
+        key = self.server.api_key
+        if key and self.headers.get("Authorization") != "Bearer " + key:
+            self.send_json(401, {"error": "unauthorized"})
+            return False
+        return True
+
+    def do_GET(self):
+        if not self.server.ready.is_set():
+            return self.send_json(503, {"error": "loading"})
+        if self.path == "/health":
+            return self.send_json(200, {})
+        if not self.authorized():
+            return None
+        if self.path == "/v1/models":
+            return self.send_json(200, {"object": "list", "data": [
+                {"id": self.server.model, "object": "model", "owned_by": "sglang"}]})
+        if self.path == "/get_server_info":
+            return self.send_json(200, dict(self.server.args, version="lab"))
+        return self.send_json(404, {"error": "not found"})
+
+    def do_POST(self):
+        if not self.server.ready.is_set():
+            return self.send_json(503, {"error": "loading"})
+        if not self.authorized():
+            return None
+        length = int(self.headers.get("Content-Length") or 0)
+        request = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/v1/chat/completions":
+            prompt = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
+        elif self.path == "/v1/completions":
+            prompt = str(request.get("prompt", ""))
+        else:
+            return self.send_json(404, {"error": "not found"})
+        text = answer_for(prompt, self.server.mode)
+        max_tokens = int(request.get("max_tokens") or 16)
+        if not request.get("stream"):
+            time.sleep(min(max_tokens, 64) / self.server.tokens_per_second)
+            if self.path == "/v1/chat/completions":
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": "stop"}
+            return self.send_json(200, {"id": "lab", "object": "completion", "model": self.server.model,
+                                        "choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
+                                                                        "completion_tokens": max_tokens}})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i in range(max_tokens):
+            time.sleep(1.0 / self.server.tokens_per_second)
+            piece = {"index": 0, "finish_reason": None}
+            if self.path == "/v1/chat/completions":
+                piece["delta"] = {"content": "tok "}
+            else:
+                piece["text"] = "tok "
+            self.wfile.write(b"data: " + json.dumps({"id": "lab", "choices": [piece]}).encode() + b"\n\n")
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def main(argv):
+    site = sysconfig.get_paths()["purelib"]
+    parsed, problems = sglang_args.lint(argv, sglang_args.read_flags(site))
+    if problems:
+        sys.stderr.write("lab-server: the installed sglang rejects: %s\n" % "; ".join(problems))
+        return 2
+    config = load_config()
+    mode = config.get("mode", "healthy")
+    if mode == "crash":
+        sys.stderr.write("lab-server: simulated crash while loading the model\n")
+        return 1
+    host, port = parsed.get("host", "127.0.0.1"), int(parsed.get("port", 30000))
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.ready = threading.Event()
+    server.model = parsed.get("served_model_name") or parsed.get("model_path")
+    server.mode, server.args = mode, parsed
+    server.tokens_per_second = float(config.get("tokens_per_second", 200))
+    server.api_key = parsed.get("api_key")
+    if mode != "never-healthy":
+        threading.Timer(float(config.get("startup_seconds", 1)), server.ready.set).start()
+    sys.stderr.write("lab-server: %s on %s:%d (mode %s)\n" % (server.model, host, port, mode))
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,103 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Check a sglang command line against the installed sglang's own argument definitions."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_flag_lint
+short_description: Check sglang server flags against the installed release, without a GPU
+description:
+  - Reads every C(add_argument) call of the installed C(sglang/srt/server_args.py) with the
+    C(ast) module (no import of sglang or torch) and checks I(argv) as argparse would, including
+    unique-prefix abbreviations, the number of values of each flag and C(choices).
+  - Fails naming each bad flag, the installed sglang release and the closest known flags.
+  - Read-only.
+options:
+  site_packages:
+    description: site-packages of the venv that holds sglang.
+    type: path
+    required: true
+  argv:
+    description: The arguments after C(python -m sglang.launch_server).
+    type: list
+    elements: str
+    required: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - sglang-fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: The server flags are known to the installed sglang
+  sglang_flag_lint:
+    site_packages: /opt/sglang/venv/lib/python3.12/site-packages
+    argv: [--model-path, /models/Kimi-K2.5-NVFP4, --tp, "8", --enable-flashinfer-allreduce-fusion]
+"""
+
+RETURN = r"""
+sglang_version:
+  description: The installed sglang release.
+  returned: always
+  type: str
+  sample: 0.5.9
+known_flags:
+  description: Number of distinct flags the release defines.
+  returned: always
+  type: int
+  sample: 331
+parsed:
+  description: The argv as argparse would read it, by destination name.
+  returned: success
+  type: dict
+  sample: {model_path: /models/Kimi-K2.5-NVFP4, tensor_parallel_size: "8"}
+problems:
+  description: What is wrong, one sentence each.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import glob
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_args import lint, read_flags
+
+
+def sglang_version(site_packages):
+    for meta in sorted(glob.glob(os.path.join(site_packages, "sglang-*.dist-info", "METADATA"))):
+        with open(meta) as handle:
+            for line in handle:
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"site_packages": {"type": "path", "required": True},
+                       "argv": {"type": "list", "elements": "str", "required": True}},
+        supports_check_mode=True,
+    )
+    site = module.params["site_packages"]
+    version = sglang_version(site)
+    try:
+        flags = read_flags(site)
+    except (OSError, SyntaxError) as exc:
+        module.fail_json(msg="cannot read sglang's server_args.py under %s: %s" % (site, exc), sglang_version=version)
+    parsed, problems = lint(module.params["argv"], flags)
+    result = {"sglang_version": version, "known_flags": len({id(f) for f in flags.values()}), "problems": problems}
+    if problems:
+        module.fail_json(msg="sglang %s does not accept this command line: %s" % (version, "; ".join(problems)),
+                         **result)
+    module.exit_json(changed=False, parsed=parsed, **result)
+
+
+if __name__ == "__main__":
+    main()
