@@ -1,0 +1,128 @@
+"""sglang_server in the lab: the unit, its guard rails, its health gate and the rolling restart."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fleet import run_playbook
+
+ROOT = Path(__file__).resolve().parents[3]
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+NODES = ["server-gpu-1", "server-gpu-2"]
+SERVER = ROOT / "playbooks/server.yml"
+UNIT = "/etc/systemd/system/sglang.service"
+testinfra_hosts = ["podman://" + NODES[0]]
+
+
+def run_server(**extravars):
+    return run_playbook(SERVER, INVENTORY, extravars=extravars)
+
+
+def set_mode(host, mode):
+    host.check_output("printf '%%s' '{\"mode\": \"%s\", \"startup_seconds\": 1, \"tokens_per_second\": 200}' "
+                      "> /etc/lab-gpu/server.json" % mode)
+
+
+def nodes(host):
+    return [host.get_host("podman://" + n) for n in NODES]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_unit_runs_as_its_own_user_and_listens_on_loopback_only(host, index):
+    host = nodes(host)[index]
+    service = host.service("sglang")
+    assert service.is_running and service.is_enabled
+    user = host.user("sglang")
+    assert user.shell == "/usr/sbin/nologin" and user.home == "/var/lib/sglang"
+    assert host.process.get(comm="python").user == "sglang"
+    assert host.socket("tcp://127.0.0.1:30000").is_listening
+    assert not host.socket("tcp://0.0.0.0:30000").is_listening
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_secret_is_in_the_0600_environment_file_only(host, index):
+    host = nodes(host)[index]
+    secret = "lab-secret-%s-4f9c" % NODES[index]
+    env = host.file("/etc/sglang/sglang.env")
+    assert (env.user, env.group, env.mode) == ("root", "root", 0o600)
+    assert "SGLANG_API_KEY=%s" % secret in env.content_string
+    unit = host.file(UNIT)
+    assert unit.mode == 0o644 and secret not in unit.content_string
+    assert "--api-key ${SGLANG_API_KEY}" in unit.content_string
+
+
+def test_the_unit_passes_systemd_verify_and_is_hardened(host):
+    host.run_expect([0], "systemd-analyze verify %s" % UNIT)
+    out = host.check_output("systemd-analyze security --offline=true %s | tail -1" % UNIT)
+    exposure = float(out.split("sglang.service:")[1].split()[0])
+    assert exposure <= 4.0, out
+
+
+def test_the_server_answers_the_known_answer_with_its_api_key(host):
+    secret = "lab-secret-%s-4f9c" % NODES[0]
+    body = json.dumps({"model": "/models/nvidia/Kimi-K2.5-NVFP4", "temperature": 0,
+                       "messages": [{"role": "user", "content": "What is 17 + 25?"}]})
+    out = host.check_output("curl -sf -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' "
+                            "-d '%s' http://127.0.0.1:30000/v1/chat/completions" % (secret, body))
+    assert json.loads(out)["choices"][0]["message"]["content"] == "42"
+    assert host.run("curl -sf http://127.0.0.1:30000/v1/models").rc != 0  # no key, no answer
+
+
+def test_a_rerun_restarts_nothing_and_does_not_log_the_secret():
+    run = run_playbook(SERVER, INVENTORY, quiet=True)
+    assert run.rc == 0 and run.changed == 0, {h: r.changed_tasks for h, r in run.hosts.items()}
+    text = json.dumps({h: r.__dict__ for h, r in run.hosts.items()})
+    assert "lab-secret" not in text
+
+
+@pytest.mark.parametrize("extravars,expected", [
+    ({"sglang_server_extra_args": ["--enable-flashinfer-allreduce-fusiom"]},
+     "sglang 0.5.9 does not accept this command line: unknown flag --enable-flashinfer-allreduce-fusiom "
+     "(closest: --enable-flashinfer-allreduce-fusion"),
+    ({"sglang_server_extra_args": ["--speculative-algorithm", "EAGLE4"]}, "--speculative-algorithm EAGLE4: not one of"),
+    ({"sglang_server_quantization": "modelopt_fp4"}, "--speculative-draft-model-quantization unquant"),
+    ({"sglang_server_speculative_eagle_topk": 4}, "SGLANG_ENABLE_SPEC_V2 needs --speculative-eagle-topk 1, not 4"),
+    ({"sglang_server_tp": 4}, "--tp 4 does not match 8 GPU(s) x 1 node(s)"),
+    ({"sglang_server_draft_model_path": "/models/nowhere"}, "missing on the host: /models/nowhere"),
+])
+def test_guard_rails_fail_before_the_unit_is_touched(host, extravars, expected):
+    before = host.file(UNIT).content_string
+    run = run_server(**extravars)
+    result = run.hosts["server-gpu-1"]
+    assert run.rc != 0 and result.failed == 1 and result.changed == 0
+    assert expected in result.failures[0]["msg"]
+    assert host.file(UNIT).content_string == before
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("garbage", "known-answer check failed"),
+    ("crash", "simulated crash while loading the model"),
+])
+def test_the_health_gate_catches_a_bad_server_and_shows_the_journal(host, mode, expected):
+    node = host.get_host("podman://server-gpu-1")
+    set_mode(node, mode)
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit="server-gpu-1",
+                           extravars={"sglang_server_extra_args": ["--context-length", "4096"]})
+        assert run.rc != 0 and expected in run.hosts["server-gpu-1"].failures[0]["msg"]
+    finally:
+        set_mode(node, "healthy")
+        assert run_server().rc == 0  # back to the converged unit, healthy
+
+
+def test_a_broken_first_batch_stops_the_rollout_and_the_other_node_keeps_serving(host):
+    first, second = (host.get_host("podman://" + n) for n in NODES)
+    unit_before = second.file(UNIT).content_string
+    set_mode(first, "never-healthy")
+    try:
+        run = run_server(sglang_server_extra_args=["--context-length", "4096"], sglang_server_health_timeout=8,
+                         sglang_server_serial=1)
+        assert run.rc != 0
+        assert run.hosts["server-gpu-1"].failed == 1
+        assert "server-gpu-2" not in run.hosts or run.hosts["server-gpu-2"].ok == 0
+        assert second.file(UNIT).content_string == unit_before
+        assert second.run("curl -sf http://127.0.0.1:30000/health").rc == 0
+    finally:
+        set_mode(first, "healthy")
+        assert run_server().rc == 0
