@@ -172,6 +172,8 @@ def lint(argv, flags):
             while i < len(argv) and not argv[i].startswith("-"):  # its values, whatever they are
                 i += 1
             continue
+        if option != canonical:  # an abbreviation, as argparse allows: say what it stands for
+            canonical = "%s (%s)" % (option, canonical)
         if inline is not None:
             values = [inline]
         elif flag.nargs == 0:

@@ -1,0 +1,85 @@
+"""The health gate against a real HTTP server on loopback."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import sglang_health_gate as gate
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, payload):
+        body = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        state = self.server.state
+        if self.path == "/health":
+            state["polls"] += 1
+            return self.reply(200 if state["polls"] > state["unhealthy_polls"] else 503, {})
+        return self.reply(200, {"data": [{"id": m} for m in state["models"]]})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        return self.reply(200, {"choices": [{"message": {"content": self.server.state["answer"]}}]})
+
+
+@pytest.fixture
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.state = {"polls": 0, "unhealthy_polls": 2, "models": ["/models/k"], "answer": "42"}
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+
+
+def params(server, **over):
+    p = {"url": "http://127.0.0.1:%d" % server.server_address[1], "service": "", "model": "/models/k",
+         "prompt": "What is 17 + 25?", "expect": r"\b42\b", "api_key": "", "timeout": 30}
+    p.update(over)
+    return p
+
+
+def test_waits_for_health_then_checks_model_and_answer(server):
+    p = params(server)
+    gate.wait_healthy(None, p, sleep=lambda s: None)
+    assert server.state["polls"] == 3
+    assert gate.check_model_and_answer(p) == (["/models/k"], "42")
+
+
+def test_garbage_is_caught(server):
+    server.state["answer"] = "¿¿¿ ####"
+    with pytest.raises(gate.GateError, match="known-answer check failed"):
+        gate.check_model_and_answer(params(server))
+
+
+def test_a_missing_model_is_named(server):
+    server.state["models"] = ["other"]
+    with pytest.raises(gate.GateError, match="/v1/models lists other, not /models/k"):
+        gate.check_model_and_answer(params(server))
+
+
+def test_never_healthy_times_out(server):
+    server.state["unhealthy_polls"] = 10 ** 6
+    ticks = iter(range(0, 10 ** 6, 5))
+    with pytest.raises(gate.GateError, match="/health did not answer 200 within 30s"):
+        gate.wait_healthy(None, params(server), sleep=lambda s: None, clock=lambda: next(ticks))
+
+
+def test_a_crash_is_caught_without_waiting_for_the_timeout(server):
+    class Module:
+        restarts = iter([0, 0, 1])
+
+        def run_command(self, args):
+            return 0, "ActiveState=activating\nNRestarts=%d\n" % next(self.restarts), ""
+
+    server.state["unhealthy_polls"] = 10 ** 6
+    with pytest.raises(gate.GateError, match="crashed and was restarted"):
+        gate.wait_healthy(Module(), params(server, service="sglang"), sleep=lambda s: None)
