@@ -63,20 +63,9 @@ problems:
   elements: str
 """
 
-import glob
-import os
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dist_info import dist_version
 from ansible.module_utils.sglang_args import lint, read_flags
-
-
-def sglang_version(site_packages):
-    for meta in sorted(glob.glob(os.path.join(site_packages, "sglang-*.dist-info", "METADATA"))):
-        with open(meta) as handle:
-            for line in handle:
-                if line.startswith("Version:"):
-                    return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def main():
@@ -86,7 +75,7 @@ def main():
         supports_check_mode=True,
     )
     site = module.params["site_packages"]
-    version = sglang_version(site)
+    version = dist_version(site, "sglang")
     try:
         flags = read_flags(site)
     except (OSError, SyntaxError) as exc:

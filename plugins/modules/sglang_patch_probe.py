@@ -132,11 +132,11 @@ patches:
 """
 
 import ast
-import glob
 import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dist_info import dist_version
 
 MARKER = "# {mark} sglang-fleet patch %s"
 ALL_PATCHES = ("kimi_k25_eagle3", "sm120_symm_mem_max_sizes", "sm120_symm_mem_multimem",
@@ -407,18 +407,6 @@ PATCHES = {p.name: p for p in (KimiK25Eagle3(), SymmMemMaxSizes(), SymmMemMultim
                                FlashinferTrtllmComm())}
 
 
-def dist_version(site_packages, project):
-    for meta in sorted(glob.glob(os.path.join(site_packages, "%s-*.dist-info" % project.replace("-", "_")))):
-        try:
-            with open(os.path.join(meta, "METADATA")) as handle:
-                for line in handle:
-                    if line.startswith("Version:"):
-                        return line.split(":", 1)[1].strip()
-        except OSError:
-            continue
-    return "unknown"
-
-
 def check_defined(site_packages, relpath, name):
     """The block imports `name` from `relpath`: it must be a module-level name there."""
     path = os.path.join(site_packages, relpath)
@@ -495,7 +483,7 @@ def probe(site_packages, names, settings, state="present", mode="plan"):
     for entry in patches:
         if entry["name"] not in names and entry["status"] == "absent":
             entry.update(status="disabled", reason="switched off")
-    result = {"sglang_version": version, "flashinfer_version": dist_version(site_packages, "flashinfer_python"),
+    result = {"sglang_version": version, "flashinfer_version": dist_version(site_packages, "flashinfer-python"),
               "patches": patches,
               "report": [{k: p[k] for k in ("name", "status", "reason")} for p in patches],
               "summary": ["%s: %s (%s)" % (p["name"], p["status"], p["reason"]) for p in patches]}
