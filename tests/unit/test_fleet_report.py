@@ -1,0 +1,31 @@
+"""The fleet report a user reads at the end of bin/lab."""
+from fleet import HostResult, PlaybookRun, report
+
+FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                                 "compute_capability": "12.0"}] * 8,
+         "gpu_preflight_cuda_archs": "120", "gpu_preflight_driver_version": "580.95.05",
+         "cuda_toolkit_version": "13.0.88",
+         "sglang_patches_report": {"sglang_version": "0.5.9", "patches": [{"status": "applied"}] * 4
+                                   + [{"status": "upstream"}]},
+         "sglang_server_status": "healthy, known answer right (41.2s)"}
+
+
+def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
+    run = PlaybookRun("site.yml", ["inventory/lab"], "failed", 2, {
+        "gpu-1": HostResult(ok=54, facts=FACTS),
+        "gpu-2": HostResult(ok=4, failed=1, failures=[{"task": "The host fits the fleet profile",
+                                                       "msg": "gpu-2 does not fit the GPU profile: GPU count"}])})
+    lines = report(run).splitlines()
+    assert lines[1] == "Fleet report: site.yml, 2 host(s), failed"
+    assert lines[2].split() == ["HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG",
+                                "PATCHES", "SERVER"]
+    assert "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (cc 12.0)  120    580.95.05  13.0.88  0.5.9" in lines[3]
+    assert "4 applied, 1 upstream  healthy, known answer right (41.2s)" in lines[3]
+    assert lines[4].split()[:4] == ["gpu-2", "4", "0", "1"]
+    assert lines[5] == "  ! gpu-2: The host fits the fleet profile: gpu-2 does not fit the GPU profile: GPU count"
+    assert lines[6] == "  1 host(s) ok, 1 failed; 0 change(s) in all"
+
+
+def test_a_run_that_reached_no_host_says_so():
+    text = report(PlaybookRun("site.yml", ["x"], "failed", 4, {}))
+    assert "ended (rc=4) before any host ran" in text
