@@ -119,15 +119,15 @@ def describe_gpus(facts: dict) -> str:
     return "%dx %s (cc %s)" % (len(gpus), ", ".join(names), ", ".join(caps))
 
 
-def describe_patches(facts: dict) -> str:
-    """'0.5.9 @ 5 applied' from the patch role's report, '- @ -' without it."""
+def describe_patches(facts: dict) -> tuple[str, str]:
+    """(sglang version, "5 applied" or "4 applied, 1 upstream") from the patch role's report."""
     report = facts.get("sglang_patches_report")
     if not report:
-        return "- @ -"
+        return "-", "-"
     counts: dict[str, int] = {}
     for patch in report["patches"]:
         counts[patch["status"]] = counts.get(patch["status"], 0) + 1
-    return "%s @ %s" % (report["sglang_version"], ", ".join("%d %s" % (n, s) for s, n in sorted(counts.items())))
+    return report["sglang_version"], ", ".join("%d %s" % (n, s) for s, n in sorted(counts.items()))
 
 
 def report(run: PlaybookRun) -> str:
@@ -137,8 +137,7 @@ def report(run: PlaybookRun) -> str:
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
-                     describe_patches(f).split(" @ ")[0], describe_patches(f).split(" @ ")[-1],
-                     str(f.get("sglang_server_status", "-"))))
+                     *describe_patches(f), str(f.get("sglang_server_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(run.hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
