@@ -130,14 +130,27 @@ def describe_patches(facts: dict) -> tuple[str, str]:
     return report["sglang_version"], ", ".join("%d %s" % (n, s) for s, n in sorted(counts.items()))
 
 
+def describe_flash_attn(facts: dict) -> str:
+    """"2.8.3 built", "2.8.3 current", "off" or "-" from the flash_attn role's facts."""
+    action = facts.get("flash_attn_action")
+    if not action:
+        return "-"
+    if action == "disabled":
+        return "off"
+    version = str(facts.get("flash_attn_version_installed") or "").split("+")[0]
+    return ("%s %s" % (version, action)).strip()
+
+
 def report(run: PlaybookRun) -> str:
-    rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "PATCHES", "SERVER")]
+    rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
+             "SERVER")]
     for host, r in run.hosts.items():
         f = r.facts
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
-                     *describe_patches(f), str(f.get("sglang_server_status", "-"))))
+                     describe_patches(f)[0], describe_flash_attn(f), describe_patches(f)[1],
+                     str(f.get("sglang_server_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(run.hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]

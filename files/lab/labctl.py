@@ -2,7 +2,8 @@
 """Lab fleet control: systemd containers under podman that pose as GPU nodes.
 
     labctl.py image                 build the node image if its recipe changed (cached otherwise)
-    labctl.py wheelhouse            fetch the real sglang/flashinfer wheels the lab nodes install
+    labctl.py wheelhouse            fetch what the lab nodes pip install (sglang, flashinfer,
+                                    a CPU torch, the flash-attn sdist)
     labctl.py aptrepo               build the signed CUDA apt mirror the lab nodes install from
     labctl.py up   [-i INVENTORY]   start one container per inventory host, then provision the
                                     simulated hardware (files/lab/provision.yml)
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -76,26 +79,78 @@ def build_image() -> str:
     return tag
 
 
+def pip_download(dest: Path, *requirements: str, deps: bool = False, options: tuple = (),
+                 check: bool = True) -> bool:
+    dest.mkdir(parents=True, exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                           *([] if deps else ["--no-deps"]), "--only-binary=:all:", *options, "-d", str(dest),
+                           *requirements], check=check).returncode == 0
+
+
 def fetch_wheel(project: str, version: str, dest: Path) -> Path:
     """The project's wheel in dest, downloaded with pip (no dependencies) unless already there."""
-    dest.mkdir(parents=True, exist_ok=True)
     pattern = f"{project.replace('-', '_')}-{version}-*.whl"
     found = sorted(dest.glob(pattern))
     if not found:
         log(f"downloading {project}=={version}")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--only-binary=:all:", "-d", str(dest), f"{project}=={version}"], check=True)
+        pip_download(dest, f"{project}=={version}")
         found = sorted(dest.glob(pattern))
     if not found:
         sys.exit(f"lab: pip gave no wheel for {project}=={version}")
     return found[0]
 
 
+def fetch_sdist(project: str, version: str, dest: Path) -> Path:
+    """The project's source archive in dest, from PyPI's simple API, its sha256 checked.
+
+    pip cannot download flash-attn's sdist without torch: its setup.py imports torch just to
+    produce metadata. The archive itself is all the lab nodes need."""
+    name = f"{project.replace('-', '_')}-{version}.tar.gz"
+    target = dest / name
+    if target.exists():
+        return target
+    dest.mkdir(parents=True, exist_ok=True)
+    index = os.environ.get("LAB_PYPI_SIMPLE_URL", "https://pypi.org/simple")
+    log(f"downloading {name}")
+    request = urllib.request.Request(f"{index}/{project}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = [f for f in json.load(response)["files"] if f["filename"] == name]
+    if not files:
+        sys.exit(f"lab: {index} lists no {name}")
+    with urllib.request.urlopen(files[0]["url"], timeout=300) as response:
+        data = response.read()
+    if hashlib.sha256(data).hexdigest() != files[0]["hashes"]["sha256"]:
+        sys.exit(f"lab: {name} does not match the index's sha256")
+    partial = target.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.rename(target)
+    return target
+
+
+def lab_torch() -> str:
+    """The CPU torch the lab's sglang venvs get (inventory/lab/group_vars/all.yml)."""
+    lab = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
+    return f"torch=={lab['sglang_torch_version']}+{lab['sglang_cuda_wheel_tag']}"
+
+
 def fill_wheelhouse() -> list[Path]:
-    """The sglang and flashinfer-python wheels at the sglang role's pins."""
+    """What the lab nodes install, at the roles' pins: the real sglang and flashinfer-python wheels,
+    a CPU torch with its dependencies, flash-attn's source archive and its build requirements."""
     pins = yaml.safe_load((ROOT / "roles/sglang/defaults/main.yml").read_text())
+    flash = yaml.safe_load((ROOT / "roles/flash_attn/defaults/main.yml").read_text())
+    stamp = WHEELHOUSE / ".requirements"
+    requirements = [lab_torch(), *flash["flash_attn_build_requirements"], *flash["flash_attn_requirements"]]
+    if not stamp.exists() or stamp.read_text().split("\n") != requirements:
+        log("downloading " + ", ".join(requirements))
+        # PyPI has no CPU builds of torch: pip's own configuration first, then PyTorch's CPU index.
+        if not pip_download(WHEELHOUSE, *requirements, deps=True, check=False):
+            index = os.environ.get("LAB_TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
+            pip_download(WHEELHOUSE, *requirements, deps=True, options=("--extra-index-url", index))
+        stamp.write_text("\n".join(requirements))
     return [fetch_wheel("sglang", pins["sglang_version"], WHEELHOUSE),
-            fetch_wheel("flashinfer-python", pins["sglang_flashinfer_version"], WHEELHOUSE)]
+            fetch_wheel("flashinfer-python", pins["sglang_flashinfer_version"], WHEELHOUSE),
+            fetch_sdist("flash-attn", flash["flash_attn_version"], WHEELHOUSE)]
 
 
 def inventory_hosts(inventory: Path) -> list[str]:

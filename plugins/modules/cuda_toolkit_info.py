@@ -79,15 +79,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-
-RELEASE = re.compile(r"Cuda compilation tools, release (\d+\.\d+), V(\d+\.\d+\.\d+)")
-
-
-def parse_nvcc(text):
-    """(release, full version) from `nvcc --version`, or (None, None)."""
-    match = RELEASE.search(text or "")
-    return (match.group(1), match.group(2)) if match else (None, None)
-
+from ansible.module_utils.nvcc import parse_nvcc
 
 def parse_alternative(text):
     """`update-alternatives --query NAME` into a dict."""

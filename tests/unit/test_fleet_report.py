@@ -7,6 +7,7 @@ FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server E
          "cuda_toolkit_version": "13.0.88",
          "sglang_patches_report": {"sglang_version": "0.5.9", "patches": [{"status": "applied"}] * 4
                                    + [{"status": "upstream"}]},
+         "flash_attn_action": "installed from cache", "flash_attn_version_installed": "2.8.3+build.ddabe0ba14fe",
          "sglang_server_status": "healthy, known answer right (41.2s)"}
 
 
@@ -18,8 +19,9 @@ def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
     lines = report(run).splitlines()
     assert lines[1] == "Fleet report: site.yml, 2 host(s), failed"
     assert lines[2].split() == ["HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG",
-                                "PATCHES", "SERVER"]
+                                "FLASH-ATTN", "PATCHES", "SERVER"]
     assert "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (cc 12.0)  120    580.95.05  13.0.88  0.5.9" in lines[3]
+    assert "0.5.9   2.8.3 installed from cache  4 applied" in lines[3]
     assert "4 applied, 1 upstream  healthy, known answer right (41.2s)" in lines[3]
     assert lines[4].split()[:4] == ["gpu-2", "4", "0", "1"]
     assert lines[5] == "  ! gpu-2: The host fits the fleet profile: gpu-2 does not fit the GPU profile: GPU count"

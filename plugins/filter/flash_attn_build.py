@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The flash-attn build: its key, its compile sizing, and which host builds for which key.
+
+flash_attn_build_key
+    Everything that changes the wheel a build produces, as a dict, plus a short id of it. Two
+    hosts with the same id can share one wheel; a host whose id differs needs its own build.
+flash_attn_max_jobs
+    How many compile jobs a host can run without the OOM killer ending the build.
+flash_attn_builders
+    For each build key some host needs, the one host that builds its wheel.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ansible.errors import AnsibleFilterError
+
+# The fields of the key. A new field changes every id: a new wheel for everyone, on purpose.
+KEY_FIELDS = ("source", "torch", "cuda", "python", "platform", "cuda_archs", "build_env")
+
+
+def flash_attn_build_key(host_info, source, cuda_archs, build_env=None):
+    """The build key of a host.
+
+    host_info: the flash_attn_info module's result (torch, cuda_release, python, platform).
+    source: what is built, e.g. "flash-attn==2.8.3" or "git+https://...@v2.8.3".
+    cuda_archs: "120" or "90;120" (order and spacing do not matter).
+    build_env: extra variables given to setup.py.
+    Returns {"key": {...}, "id": 12 hex digits, "label": PEP 440 local version label}.
+    """
+    missing = [name for name in ("torch", "cuda_release", "python", "platform") if not host_info.get(name)]
+    if missing:
+        raise AnsibleFilterError("flash_attn_build_key: the host facts lack %s" % ", ".join(missing))
+    archs = sorted({a.strip() for a in str(cuda_archs).replace(",", ";").split(";") if a.strip()}, key=_arch_order)
+    if not archs:
+        raise AnsibleFilterError("flash_attn_build_key: no CUDA architecture to build for")
+    key = {
+        "source": str(source),
+        "torch": str(host_info["torch"]),
+        "cuda": str(host_info["cuda_release"]),
+        "python": str(host_info["python"]),
+        "platform": str(host_info["platform"]),
+        "cuda_archs": ";".join(archs),
+        "build_env": {str(k): str(v) for k, v in sorted((build_env or {}).items())},
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return {"key": key, "id": digest, "label": "build." + digest}
+
+
+def _arch_order(arch):
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return (int(digits) if digits else 0, arch)
+
+
+def flash_attn_max_jobs(mem_available_mb, cpus, nvcc_threads=4, gb_per_job=9, reserve_gb=8):
+    """Compile jobs for a host: bounded by its cores and by its available memory.
+
+    Each job runs nvcc with nvcc_threads threads, and flash-attn's kernels take about gb_per_job GB
+    per job at 4 threads (scaled linearly with the thread count). reserve_gb stays free for
+    everything else on the host. Always at least 1.
+    """
+    try:
+        mem_gb = float(mem_available_mb) / 1024.0
+        cpus = int(cpus)
+        threads = max(1, int(nvcc_threads))
+        per_job = float(gb_per_job) * threads / 4.0
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("flash_attn_max_jobs: %s" % exc)
+    if per_job <= 0:
+        raise AnsibleFilterError("flash_attn_max_jobs: gb_per_job must be positive")
+    by_cores = cpus // threads
+    by_memory = int((mem_gb - float(reserve_gb)) // per_job)
+    return max(1, min(by_cores, by_memory))
+
+
+def flash_attn_builders(plans, preferred=""):
+    """{key id: building host} for every build key that some host still needs.
+
+    plans: one dict per host, in play order: {"host", "id", "ready", "needs"}. Hosts not ready
+    (no id yet) take no part. The preferred host builds for its own key; every other key is
+    built by its first host.
+    """
+    plans = [p for p in plans or [] if p.get("ready") and p.get("id")]
+    needed = {p["id"] for p in plans if p.get("needs")}
+    builders = {p["id"]: p["host"] for p in plans if preferred and p["host"] == preferred and p["id"] in needed}
+    for plan in plans:
+        if plan["id"] in needed:
+            builders.setdefault(plan["id"], plan["host"])
+    return builders
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "flash_attn_build_key": flash_attn_build_key,
+            "flash_attn_max_jobs": flash_attn_max_jobs,
+            "flash_attn_builders": flash_attn_builders,
+        }

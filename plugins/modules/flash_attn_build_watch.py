@@ -1,0 +1,162 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Wait a while for a background flash-attn build and say how far it got."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: flash_attn_build_watch
+short_description: Wait a while for a background flash-attn build and report its progress
+description:
+  - Waits up to I(wait) seconds for the async job behind I(results_file) to finish.
+  - Reads the build log for ninja's C([done/total]) lines, so a long compile reports how many
+    objects are compiled out of how many, and how long it has run.
+  - Returns the tail of the log, for the failure message when the build fails.
+options:
+  results_file:
+    description: The C(results_file) of the async task that runs the build.
+    type: path
+    required: true
+  log:
+    description: The build's log file.
+    type: path
+    required: true
+  started_file:
+    description: A file holding the build's start time in epoch seconds.
+    type: path
+    required: true
+  wait:
+    description: Seconds to wait before reporting, unless the build ends sooner.
+    type: int
+    default: 60
+  tail_lines:
+    description: Lines of the log to return.
+    type: int
+    default: 40
+author: sglang-fleet
+"""
+
+EXAMPLES = r"""
+- name: The build is watched for a minute
+  flash_attn_build_watch:
+    results_file: "{{ build_job.results_file }}"
+    log: /var/cache/sglang-fleet/flash_attn/build.log
+    started_file: /var/cache/sglang-fleet/flash_attn/build.started
+    wait: 60
+  register: watch
+"""
+
+RETURN = r"""
+finished:
+  description: Whether the build has ended, in success or failure.
+  type: bool
+  returned: always
+compiled:
+  description: Objects compiled so far (ninja's count), or null before the first compile step.
+  type: int
+  returned: always
+  sample: 57
+total:
+  description: Objects to compile in all, or null before the first compile step.
+  type: int
+  returned: always
+  sample: 73
+elapsed_s:
+  description: Seconds since the build started.
+  type: int
+  returned: always
+  sample: 1390
+log_tail:
+  description: The last lines of the build log.
+  type: list
+  elements: str
+  returned: always
+msg:
+  description: One line for the operator.
+  type: str
+  returned: always
+  sample: "compiled 57/73 objects (78%), 23m10s elapsed"
+"""
+
+import json
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]", re.MULTILINE)
+
+
+def job_finished(results_file):
+    """The async wrapper writes {"started": 1, "finished": 0} until the job ends."""
+    try:
+        with open(results_file) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return False  # not written yet, or being replaced
+    return "started" not in data or bool(data.get("finished"))
+
+
+def progress(text):
+    """(compiled, total) from the last ninja step line, or (None, None)."""
+    steps = NINJA_STEP.findall(text or "")
+    if not steps:
+        return None, None
+    done, total = steps[-1]
+    return int(done), int(total)
+
+
+def describe(compiled, total, elapsed_s, last_line, finished):
+    elapsed = "%dm%02ds" % divmod(int(elapsed_s), 60)
+    if finished:
+        state = "build ended after %s" % elapsed
+    elif total:
+        state = "compiled %d/%d objects (%d%%), %s elapsed" % (compiled, total, 100 * compiled // total, elapsed)
+    else:
+        state = "%s elapsed, no compile step yet" % elapsed
+    return state + (": " + last_line if last_line and not total else "")
+
+
+def read_log(path):
+    try:
+        with open(path, errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            results_file=dict(type="path", required=True),
+            log=dict(type="path", required=True),
+            started_file=dict(type="path", required=True),
+            wait=dict(type="int", default=60),
+            tail_lines=dict(type="int", default=40),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    deadline = time.time() + max(0, params["wait"])
+    finished = job_finished(params["results_file"])
+    while not finished and time.time() < deadline:
+        time.sleep(2)
+        finished = job_finished(params["results_file"])
+
+    try:
+        with open(params["started_file"]) as handle:
+            started = float(handle.read().strip())
+    except (OSError, ValueError):
+        started = time.time()
+    text = read_log(params["log"])
+    lines = [line for line in text.splitlines() if line.strip()]
+    compiled, total = progress(text)
+    elapsed_s = max(0, int(time.time() - started))
+    module.exit_json(changed=False, finished=finished, compiled=compiled, total=total, elapsed_s=elapsed_s,
+                     log_tail=lines[-params["tail_lines"]:],
+                     msg=describe(compiled, total, elapsed_s, lines[-1][:160] if lines else "", finished))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""The flash-attn build: its key, its compile sizing, who builds, and how a running build is reported."""
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from flash_attn_build import flash_attn_build_key, flash_attn_builders, flash_attn_max_jobs
+import flash_attn_build_watch as watch
+
+HOST = {"python": "3.12", "platform": "linux_x86_64", "torch": "2.9.1+cu130", "cuda_release": "13.0"}
+
+
+def key(**changes):
+    info = {**HOST, **{k: v for k, v in changes.items() if k in HOST}}
+    return flash_attn_build_key(info, changes.get("source", "flash-attn==2.8.3"),
+                                changes.get("archs", "120"), changes.get("env"))
+
+
+# --- the build key -------------------------------------------------------------------------------
+
+def test_the_key_names_everything_that_changes_the_wheel():
+    result = key()
+    assert result["key"] == {"source": "flash-attn==2.8.3", "torch": "2.9.1+cu130", "cuda": "13.0",
+                             "python": "3.12", "platform": "linux_x86_64", "cuda_archs": "120", "build_env": {}}
+    assert len(result["id"]) == 12 and result["label"] == "build." + result["id"]
+
+
+@pytest.mark.parametrize("change", [
+    {"source": "flash-attn==2.8.2"},
+    {"source": "git+https://github.com/Dao-AILab/flash-attention.git@v2.8.3"},
+    {"torch": "2.9.0+cu130"},
+    {"torch": "2.9.1+cu128"},
+    {"cuda_release": "13.1"},
+    {"python": "3.11"},
+    {"platform": "linux_aarch64"},
+    {"archs": "90;120"},
+    {"env": {"NVCC_APPEND_FLAGS": "-lineinfo"}},
+])
+def test_any_input_of_the_build_gives_another_key(change):
+    assert key(**change)["id"] != key()["id"]
+
+
+def test_the_same_inputs_written_differently_give_the_same_key():
+    assert key(archs="120;90")["id"] == key(archs=" 90 ; 120 ")["id"] == key(archs="90,120")["id"]
+    assert key(archs="120;90")["key"]["cuda_archs"] == "90;120"
+    assert key(env={"B": "1", "A": 2})["id"] == key(env={"A": "2", "B": "1"})["id"]
+
+
+def test_the_label_is_a_valid_local_version():
+    from packaging.version import Version
+    label = key()["label"]
+    assert str(Version("2.8.3+" + label)) == "2.8.3+" + label
+
+
+def test_a_host_without_torch_or_nvcc_has_no_key():
+    with pytest.raises(AnsibleFilterError, match="torch"):
+        flash_attn_build_key({**HOST, "torch": None}, "flash-attn==2.8.3", "120")
+    with pytest.raises(AnsibleFilterError, match="cuda_release"):
+        flash_attn_build_key({**HOST, "cuda_release": None}, "flash-attn==2.8.3", "120")
+    with pytest.raises(AnsibleFilterError, match="architecture"):
+        flash_attn_build_key(HOST, "flash-attn==2.8.3", " ; ")
+
+
+# --- MAX_JOBS ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mem_gb, cpus, threads, expected, why", [
+    (1024, 128, 4, 32, "a big build host: the cores bound it (128 / 4 threads)"),
+    (256, 128, 4, 27, "the memory bounds it: (256 - 8) GB / 9 GB"),
+    (64, 64, 4, 6, "(64 - 8) / 9 = 6.2"),
+    (16, 16, 4, 1, "(16 - 8) / 9 < 1: still one job"),
+    (4, 2, 4, 1, "never below one"),
+    (256, 128, 8, 13, "8 threads: 18 GB a job, 16 by cores"),
+    (256, 128, 2, 55, "2 threads: 4.5 GB a job, 64 by cores"),
+])
+def test_max_jobs_is_bounded_by_cores_and_by_available_memory(mem_gb, cpus, threads, expected, why):
+    assert flash_attn_max_jobs(mem_gb * 1024, cpus, threads) == expected, why
+
+
+def test_max_jobs_follows_the_per_job_budget_and_the_reserve():
+    assert flash_attn_max_jobs(100 * 1024, 128, 4, gb_per_job=9, reserve_gb=10) == 10
+    assert flash_attn_max_jobs(100 * 1024, 128, 4, gb_per_job=5, reserve_gb=0) == 20
+    with pytest.raises(AnsibleFilterError):
+        flash_attn_max_jobs("lots", 8)
+    with pytest.raises(AnsibleFilterError):
+        flash_attn_max_jobs(1024, 8, gb_per_job=0)
+
+
+# --- who builds ----------------------------------------------------------------------------------
+
+def plan(host, key_id, needs=True, ready=True):
+    return {"host": host, "id": key_id, "needs": needs, "ready": ready}
+
+
+def test_the_first_host_of_each_needed_key_builds():
+    plans = [plan("a", "k1"), plan("b", "k1"), plan("c", "k2"), plan("d", "k2")]
+    assert flash_attn_builders(plans) == {"k1": "a", "k2": "c"}
+
+
+def test_a_key_no_host_needs_is_not_built():
+    plans = [plan("a", "k1", needs=False), plan("b", "k1", needs=False), plan("c", "k2", needs=False),
+             plan("d", "k2")]
+    assert flash_attn_builders(plans) == {"k2": "c"}
+
+
+def test_the_named_build_host_builds_for_its_own_key_even_when_current_itself():
+    plans = [plan("a", "k1"), plan("b", "k1", needs=False), plan("c", "k2")]
+    assert flash_attn_builders(plans, "b") == {"k1": "b", "k2": "c"}
+    assert flash_attn_builders(plans, "not-in-play") == {"k1": "a", "k2": "c"}
+
+
+def test_hosts_not_ready_take_no_part():
+    plans = [plan("a", None, ready=False), plan("b", "k1")]
+    assert flash_attn_builders(plans, "a") == {"k1": "b"}
+
+
+# --- watching the build --------------------------------------------------------------------------
+
+NINJA_LOG = """\
+Building wheel for flash-attn (setup.py): started
+[1/73] /usr/local/cuda-13.0/bin/nvcc --generate-dependencies-with-compile -c csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu
+[2/73] /usr/local/cuda-13.0/bin/nvcc --generate-dependencies-with-compile -c csrc/flash_attn/src/flash_fwd_hdim32_bf16_sm80.cu
+[57/73] /usr/local/cuda-13.0/bin/nvcc --generate-dependencies-with-compile -c csrc/flash_attn/src/flash_bwd_hdim256_bf16_sm80.cu
+"""
+
+
+def test_progress_is_read_from_ninja_s_last_step():
+    assert watch.progress(NINJA_LOG) == (57, 73)
+    assert watch.progress("Preparing metadata (setup.py): started\n") == (None, None)
+    assert watch.describe(57, 73, 1390, "", False) == "compiled 57/73 objects (78%), 23m10s elapsed"
+    assert watch.describe(None, None, 65, "Collecting flash-attn", False) == (
+        "1m05s elapsed, no compile step yet: Collecting flash-attn")
+    assert watch.describe(73, 73, 3600, "", True) == "build ended after 60m00s"
+
+
+def test_a_job_is_finished_when_the_async_wrapper_wrote_its_result(tmp_path):
+    results = tmp_path / "job"
+    assert not watch.job_finished(str(results))  # not written yet
+    results.write_text(json.dumps({"started": 1, "finished": 0, "ansible_job_id": "j1"}))
+    assert not watch.job_finished(str(results))
+    results.write_text("{\"rc\": 0")  # being replaced
+    assert not watch.job_finished(str(results))
+    results.write_text(json.dumps({"rc": 1, "stdout": "", "changed": True}))
+    assert watch.job_finished(str(results))
