@@ -85,7 +85,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]", re.MULTILINE)
+# pip --verbose indents its build output.
+NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\] ", re.MULTILINE)
 
 
 def job_finished(results_file):
@@ -151,11 +152,13 @@ def main():
         started = time.time()
     text = read_log(params["log"])
     lines = [line for line in text.splitlines() if line.strip()]
+    # The last line that says something: compiler warnings end in lines of bare carets.
+    wordy = [line.strip() for line in lines if re.search(r"[A-Za-z]{3}", line)]
     compiled, total = progress(text)
     elapsed_s = max(0, int(time.time() - started))
     module.exit_json(changed=False, finished=finished, compiled=compiled, total=total, elapsed_s=elapsed_s,
                      log_tail=lines[-params["tail_lines"]:],
-                     msg=describe(compiled, total, elapsed_s, lines[-1][:160] if lines else "", finished))
+                     msg=describe(compiled, total, elapsed_s, wordy[-1][:160] if wordy else "", finished))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from ansible.errors import AnsibleFilterError
 
 from flash_attn_build import flash_attn_build_key, flash_attn_builders, flash_attn_max_jobs
 import flash_attn_build_watch as watch
+from conftest import FIXTURES
 
 HOST = {"python": "3.12", "platform": "linux_x86_64", "torch": "2.9.1+cu130", "cuda_release": "13.0"}
 
@@ -125,6 +126,9 @@ Building wheel for flash-attn (setup.py): started
 
 def test_progress_is_read_from_ninja_s_last_step():
     assert watch.progress(NINJA_LOG) == (57, 73)
+    # pip --verbose indents the build's output: a real log, from a build on an H200 host (sm_90).
+    real = (FIXTURES / "flash-attn/build-h200-sm90.log").read_text()
+    assert watch.progress(real) == (8, 73)
     assert watch.progress("Preparing metadata (setup.py): started\n") == (None, None)
     assert watch.describe(57, 73, 1390, "", False) == "compiled 57/73 objects (78%), 23m10s elapsed"
     assert watch.describe(None, None, 65, "Collecting flash-attn", False) == (
