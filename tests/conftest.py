@@ -53,3 +53,9 @@ def site_packages(tmp_path):
                             ignore=shutil.ignore_patterns(".complete"))
         return dest
     return make
+
+
+@pytest.fixture
+def upstream_sglang():
+    """The real sglang wheel at the pinned version, extracted (read only)."""
+    return _extracted("sglang", PINNED["sglang"])

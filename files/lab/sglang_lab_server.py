@@ -10,8 +10,15 @@ OpenAI-compatible endpoints the health gate and bench_serving use: /health, /v1/
 Behaviour comes from /etc/lab-gpu/server.json (written by files/lab/provision.yml):
   mode: healthy | never-healthy | crash | garbage
   startup_seconds: how long "loading the model" takes
-  tokens_per_second: simulated decode speed (for benchmarks)
+  tokens_per_second: simulated decode speed of one stream, per host (for benchmarks)
+
+The speed model is a simulation, shaped like published figures for Kimi on 8x RTX PRO 6000: each
+stream slows a little as more run at once, and EAGLE-3 (when the command line asks for it) speeds
+a single stream up by about a quarter but costs throughput as concurrency grows (in the lab from
+about 3 streams on, where real fleets cross over much later). Lab numbers are simulated and say
+nothing about real hardware.
 """
+import math
 import json
 import os
 import sys
@@ -32,6 +39,36 @@ def load_config():
             return json.load(handle)
     except OSError:
         return {}
+
+
+def eagle_gain(streams):
+    """Simulated EAGLE-3 speed-up of one stream: 1.25x alone, break-even near 3 streams, 0.8x at 8.
+
+    The lab's concurrencies are small (its CPU plays every stream); the shape is the point."""
+    return 1.25 - 0.15 * math.log2(max(1, streams))
+
+
+def stream_speed(server, streams):
+    """Simulated tokens per second of one stream while `streams` run at once."""
+    speed = server.tokens_per_second / (1.0 + 0.02 * (max(1, streams) - 1))
+    return speed * eagle_gain(streams) if server.speculative else speed
+
+
+# ServerArgs.from_cli_args renames these argparse destinations (sglang 0.5.9, server_args.py).
+SERVER_ARGS_NAMES = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size",
+                     "attention_context_parallel_size": "attn_cp_size", "data_parallel_size": "dp_size",
+                     "expert_parallel_size": "ep_size"}
+
+
+def typed(value):
+    """Command-line strings as the server's own /get_server_info types them."""
+    if isinstance(value, str):
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    return value
 
 
 def answer_for(prompt, mode):
@@ -75,7 +112,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"object": "list", "data": [
                 {"id": self.server.model, "object": "model", "owned_by": "sglang"}]})
         if self.path == "/get_server_info":
-            return self.send_json(200, dict(self.server.args, version="lab"))
+            info = {SERVER_ARGS_NAMES.get(dest, dest): typed(value) for dest, value in self.server.args.items()}
+            info.setdefault("speculative_algorithm", None)
+            info.setdefault("enable_flashinfer_allreduce_fusion", False)
+            steps = int(info.get("speculative_num_steps") or 3)
+            info["internal_states"] = [{"avg_spec_accept_length": round(1 + 0.55 * steps, 2)}
+                                       if self.server.speculative else {}]
+            return self.send_json(200, dict(info, version="lab"))
         return self.send_json(404, {"error": "not found"})
 
     def do_POST(self):
@@ -105,8 +148,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
+        with self.server.lock:
+            self.server.streams += 1
+        try:
+            self.stream(max_tokens)
+        finally:
+            with self.server.lock:
+                self.server.streams -= 1
+
+    def stream(self, max_tokens):
         for i in range(max_tokens):
-            time.sleep(1.0 / self.server.tokens_per_second)
+            time.sleep(1.0 / stream_speed(self.server, self.server.streams))
             piece = {"index": 0, "finish_reason": None}
             if self.path == "/v1/chat/completions":
                 piece["delta"] = {"content": "tok "}
@@ -115,6 +167,13 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps({"id": "lab", "choices": [piece]}).encode() + b"\n\n")
             self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")
+
+
+class Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: more concurrent clients than that lose their
+    # SYN and retry a second later, which a benchmark would read as the server's latency.
+    request_queue_size = 256
+    daemon_threads = True
 
 
 def main(argv):
@@ -129,12 +188,14 @@ def main(argv):
         sys.stderr.write("lab-server: simulated crash while loading the model\n")
         return 1
     host, port = parsed.get("host", "127.0.0.1"), int(parsed.get("port", 30000))
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = Server((host, port), Handler)
     server.ready = threading.Event()
     server.model = parsed.get("served_model_name") or parsed.get("model_path")
     server.mode, server.args = mode, parsed
     server.tokens_per_second = float(config.get("tokens_per_second", 200))
     server.api_key = parsed.get("api_key")
+    server.speculative = bool(parsed.get("speculative_algorithm"))
+    server.streams, server.lock = 0, threading.Lock()
     if mode != "never-healthy":
         threading.Timer(float(config.get("startup_seconds", 1)), server.ready.set).start()
     sys.stderr.write("lab-server: %s on %s:%d (mode %s)\n" % (server.model, host, port, mode))

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""The fleet's benchmark report: per host, per concurrency, EAGLE-3 on and off, and slow hosts.
+
+    tools/bench_report.py run -i inventory/lab [--ab] [-e KEY=VALUE] [--out reports/bench]
+        runs site.yml --tags verify,bench through ansible-runner, reads each host's results from
+        the run's events, and writes the report
+    tools/bench_report.py render RESULTS.json [--out DIR]
+        writes the report from the per-host results the bench play saved (the play does this
+        itself at its end, so a plain ansible-playbook run gets the same report)
+
+The report is three files: report.json (checked against bench_report.schema.json), report.md,
+and report.png (output tok/s per host per concurrency, EAGLE-3 on and off side by side).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = Path(__file__).resolve().with_name("bench_report.schema.json")
+VARIANTS = ("baseline", "eagle3")
+# What the report keeps of each bench_serving result (its JSONL line), under the same names.
+METRICS = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms",
+           "median_itl_ms", "p99_itl_ms", "accept_length", "completed", "duration")
+
+
+def parse_bench_serving(result: dict | str) -> dict:
+    """The metrics the report keeps from one line of bench_serving's --output-file.
+
+    bench_serving appends one JSON object per run; the fields are the ones sglang 0.5.9's
+    benchmark() writes (output_throughput in tok/s, latencies in ms, accept_length from the
+    server's /get_server_info or null)."""
+    if isinstance(result, str):
+        result = json.loads(result)
+    missing = [key for key in METRICS if key not in result]
+    if missing:
+        raise ValueError("not a bench_serving result: it lacks %s" % ", ".join(missing))
+    metrics = {key: result[key] for key in METRICS}
+    metrics["max_concurrency"] = result.get("max_concurrency")
+    metrics["num_prompts"] = result.get("completed")
+    return metrics
+
+
+def build_report(hosts: dict, *, slow_percent: float = 10.0, simulated: bool = False,
+                 settings: dict | None = None, generated: str | None = None) -> dict:
+    """hosts: {host: [{"variant", "concurrency", "bench_serving": {...}}, ...]} -> the report."""
+    report_hosts = {}
+    for host, runs in sorted(hosts.items()):
+        results = []
+        for run in runs:
+            if run["variant"] not in VARIANTS:
+                raise ValueError("%s: unknown variant %r" % (host, run["variant"]))
+            results.append(dict(variant=run["variant"], concurrency=int(run["concurrency"]),
+                                **parse_bench_serving(run["bench_serving"])))
+        results.sort(key=lambda r: (r["concurrency"], r["variant"]))
+        report_hosts[host] = {"results": results, "ab": ab_comparison(results), "slow": []}
+
+    medians: dict[str, dict[str, float]] = {}
+    for variant in VARIANTS:
+        by_concurrency: dict[int, list[float]] = {}
+        for host in report_hosts.values():
+            for r in host["results"]:
+                if r["variant"] == variant:
+                    by_concurrency.setdefault(r["concurrency"], []).append(r["output_throughput"])
+        if by_concurrency:
+            medians[variant] = {str(c): statistics.median(v) for c, v in sorted(by_concurrency.items())}
+
+    for name, host in report_hosts.items():
+        for r in host["results"]:
+            median = medians[r["variant"]][str(r["concurrency"])]
+            below = 100.0 * (median - r["output_throughput"]) / median if median else 0.0
+            if below > slow_percent:
+                host["slow"].append({"variant": r["variant"], "concurrency": r["concurrency"],
+                                     "output_throughput": r["output_throughput"], "fleet_median": median,
+                                     "below_median_percent": round(below, 1)})
+
+    return {"schema": "sglang-fleet/bench-report/1",
+            "generated": generated or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "simulated": bool(simulated),
+            "settings": settings or {},
+            "slow_host_percent": slow_percent,
+            "fleet_median_output_throughput": medians,
+            "hosts": report_hosts}
+
+
+def ab_comparison(results: list) -> list:
+    """Per concurrency with both variants: EAGLE-3's gain in output tok/s, and who wins."""
+    by_key = {(r["variant"], r["concurrency"]): r for r in results}
+    rows = []
+    for concurrency in sorted({r["concurrency"] for r in results}):
+        base, eagle = by_key.get(("baseline", concurrency)), by_key.get(("eagle3", concurrency))
+        if not (base and eagle):
+            continue
+        gain = 100.0 * (eagle["output_throughput"] - base["output_throughput"]) / base["output_throughput"]
+        rows.append({"concurrency": concurrency, "baseline_output_throughput": base["output_throughput"],
+                     "eagle3_output_throughput": eagle["output_throughput"], "eagle3_gain_percent": round(gain, 1),
+                     "winner": "eagle3" if gain > 0 else "baseline"})
+    return rows
+
+
+def validate(report: dict) -> None:
+    import jsonschema
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+
+
+def render_markdown(report: dict) -> str:
+    lines = ["# Fleet benchmark, %s" % report["generated"], ""]
+    if report["simulated"]:
+        lines += ["> **Lab numbers are simulated**: the lab's server fixture models speed; they say nothing "
+                  "about real hardware.", ""]
+    s = report["settings"]
+    if s:
+        lines += ["bench_serving, dataset %s, seed %s, %s input / %s output tokens, concurrencies %s."
+                  % (s.get("dataset", "-"), s.get("seed"), s.get("input_len"), s.get("output_len"),
+                     ", ".join(str(c) for c in s.get("concurrencies", []))), ""]
+    lines += ["| host | variant | concurrency | output tok/s | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms "
+              "| accept length | vs fleet median |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for name, host in report["hosts"].items():
+        slow = {(x["variant"], x["concurrency"]): x for x in host["slow"]}
+        for r in host["results"]:
+            median = report["fleet_median_output_throughput"][r["variant"]][str(r["concurrency"])]
+            delta = 100.0 * (r["output_throughput"] - median) / median if median else 0.0
+            flag = " **slow**" if (r["variant"], r["concurrency"]) in slow else ""
+            lines.append("| %s | %s | %d | %.1f | %.2f | %.0f / %.0f | %.1f / %.1f | %s | %+.1f%%%s |" % (
+                name, r["variant"], r["concurrency"], r["output_throughput"], r["request_throughput"],
+                r["median_ttft_ms"], r["p99_ttft_ms"], r["median_itl_ms"], r["p99_itl_ms"],
+                "%.2f" % r["accept_length"] if r["accept_length"] else "-", delta, flag))
+    ab = [(name, row) for name, host in report["hosts"].items() for row in host["ab"]]
+    if ab:
+        lines += ["", "## EAGLE-3 on vs off", "", "| host | concurrency | off tok/s | on tok/s | EAGLE-3 |",
+                  "|---|---|---|---|---|"]
+        for name, row in ab:
+            verdict = ("wins by %.1f%%" % row["eagle3_gain_percent"] if row["winner"] == "eagle3"
+                       else "loses by %.1f%%" % -row["eagle3_gain_percent"])
+            lines.append("| %s | %d | %.1f | %.1f | %s |" % (name, row["concurrency"], row["baseline_output_throughput"],
+                                                            row["eagle3_output_throughput"], verdict))
+    slow_hosts = [(name, x) for name, host in report["hosts"].items() for x in host["slow"]]
+    lines += ["", "## Slow hosts (more than %g%% below the fleet median)" % report["slow_host_percent"], ""]
+    lines += ["- **%s**: %s at concurrency %d, %.1f tok/s, %.1f%% below the median %.1f"
+              % (name, x["variant"], x["concurrency"], x["output_throughput"], x["below_median_percent"],
+                 x["fleet_median"]) for name, x in slow_hosts] or ["None."]
+    return "\n".join(lines) + "\n"
+
+
+def render_png(report: dict, path: Path) -> None:
+    """Grouped bars: for each concurrency, each host's output tok/s, EAGLE-3 off and on side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hosts = list(report["hosts"])
+    concurrencies = sorted({r["concurrency"] for h in report["hosts"].values() for r in h["results"]})
+    series = [(host, variant) for host in hosts for variant in VARIANTS
+              if any(r["variant"] == variant for r in report["hosts"][host]["results"])]
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(concurrencies) * max(1, len(series)) / 2), 4.5), dpi=110)
+    colors = plt.get_cmap("tab20")
+    for i, (host, variant) in enumerate(series):
+        values = {r["concurrency"]: r["output_throughput"] for r in report["hosts"][host]["results"]
+                  if r["variant"] == variant}
+        xs = [c_index + (i - (len(series) - 1) / 2) * width for c_index, c in enumerate(concurrencies)]
+        color = colors((2 * hosts.index(host) + (variant == "baseline")) % 20)
+        bars = ax.bar(xs, [values.get(c, 0) for c in concurrencies], width, label="%s, %s" % (host, variant),
+                      color=color, hatch="//" if variant == "baseline" else None, edgecolor="black", linewidth=0.4)
+        slow = {x["concurrency"] for x in report["hosts"][host]["slow"] if x["variant"] == variant}
+        for bar, c in zip(bars, concurrencies):
+            if c in slow:
+                ax.annotate("slow", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                            va="bottom", fontsize=7, color="firebrick")
+    ax.set_xticks(range(len(concurrencies)), [str(c) for c in concurrencies])
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("output tokens/s")
+    title = "Output throughput per host (EAGLE-3 on, off hatched)"
+    ax.set_title(title + (" - SIMULATED lab numbers" if report["simulated"] else ""), fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(report: dict, out: Path) -> list[Path]:
+    validate(report)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.json", out / "report.md", out / "report.png"]
+    paths[0].write_text(json.dumps(report, indent=2) + "\n")
+    paths[1].write_text(render_markdown(report))
+    render_png(report, paths[2])
+    return paths
+
+
+def summary(report: dict) -> str:
+    """Where each host stands, one line per host, for the terminal."""
+    lines = []
+    for name, host in report["hosts"].items():
+        parts = ["%s c=%d %.1f tok/s" % (r["variant"], r["concurrency"], r["output_throughput"])
+                 for r in host["results"]]
+        verdicts = ["c=%d EAGLE-3 %+.1f%%" % (row["concurrency"], row["eagle3_gain_percent"]) for row in host["ab"]]
+        flag = "  SLOW: " + ", ".join("%s c=%d %.1f%% below median" % (x["variant"], x["concurrency"],
+                                                                     x["below_median_percent"]) for x in host["slow"]) \
+            if host["slow"] else ""
+        lines.append("%s: %s%s%s" % (name, "; ".join(parts), ("  [" + "; ".join(verdicts) + "]") if verdicts else "",
+                                     flag))
+    if report["simulated"]:
+        lines.append("(lab numbers are simulated)")
+    return "\n".join(lines)
+
+
+def from_saved(path: Path) -> dict:
+    """The report from the per-host results the bench play saved on the controller."""
+    saved = json.loads(path.read_text())
+    return build_report(saved["hosts"], slow_percent=saved["slow_host_percent"], simulated=saved["simulated"],
+                        settings=saved["settings"], generated=saved.get("generated"))
+
+
+def run(inventory: list, *, ab: bool, extravars: dict, out: Path) -> tuple[dict, object]:
+    """Run site.yml --tags verify,bench through ansible-runner; the report from the run's events."""
+    from fleet import run_playbook
+    extravars = dict(extravars, sglang_bench_ab=ab, sglang_bench_report_dir=str(out.resolve()))
+    result = run_playbook(ROOT / "site.yml", inventory, tags="verify,bench", extravars=extravars, quiet=False)
+    hosts = {name: h.facts["sglang_bench_results"] for name, h in result.hosts.items()
+             if "sglang_bench_results" in h.facts}
+    if not hosts:
+        raise SystemExit("bench_report: no host returned bench results (rc=%s)" % result.rc)
+    any_facts = next(h.facts for h in result.hosts.values() if "sglang_bench_results" in h.facts)
+    saved = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    report = build_report(hosts, slow_percent=saved.get("slow_host_percent", 10.0),
+                          simulated=bool(any_facts.get("sglang_bench_simulated_numbers")),
+                          settings=saved.get("settings", {}))
+    write_report(report, out)
+    return report, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_p = sub.add_parser("run", help="run verify + bench through ansible-runner and write the report")
+    run_p.add_argument("-i", "--inventory", action="append", required=True)
+    run_p.add_argument("--ab", action="store_true", help="A/B: EAGLE-3 as configured, then toggled")
+    run_p.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    run_p.add_argument("--out", type=Path, default=ROOT / "reports/bench")
+    render_p = sub.add_parser("render", help="write the report from a saved results.json")
+    render_p.add_argument("results", type=Path)
+    render_p.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        sys.path.insert(0, str(ROOT / "tools"))
+        extravars = dict(kv.split("=", 1) for kv in args.extra_var)
+        report, result = run(args.inventory, ab=args.ab, extravars=extravars, out=args.out)
+        print(summary(report))
+        print("report: %s/report.{json,md,png}" % args.out)
+        return 0 if result.rc == 0 else (result.rc or 1)
+    report = from_saved(args.results)
+    out = args.out or args.results.parent
+    write_report(report, out)
+    print(summary(report))
+    print("report: %s/report.{json,md,png}" % out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
