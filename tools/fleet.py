@@ -150,7 +150,8 @@ def report(run: PlaybookRun) -> str:
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
                      describe_patches(f)[0], describe_flash_attn(f), describe_patches(f)[1],
-                     str(f.get("sglang_server_status", "-"))))
+                     # the verify stage's finding, when it ran, says more than the health gate's
+                     str(f.get("sglang_verify_status") or f.get("sglang_server_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(run.hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]

@@ -31,3 +31,9 @@ def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
 def test_a_run_that_reached_no_host_says_so():
     text = report(PlaybookRun("site.yml", ["x"], "failed", 4, {}))
     assert "ended (rc=4) before any host ran" in text
+
+
+def test_the_verify_stage_s_finding_replaces_the_health_gate_s():
+    facts = dict(FACTS, sglang_verify_status="verified: EAGLE3, tp 8, allreduce fusion on, sglang 0.5.9")
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {"gpu-1": HostResult(ok=80, facts=facts)}))
+    assert text.splitlines()[3].endswith("4 applied, 1 upstream  verified: EAGLE3, tp 8, allreduce fusion on, sglang 0.5.9")

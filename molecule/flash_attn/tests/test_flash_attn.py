@@ -85,7 +85,7 @@ def test_a_changed_build_key_builds_once_for_the_fleet_and_installs_everywhere(h
 
 def test_a_forced_rebuild_builds_once_and_reinstalls_everywhere(host):
     before = cache_entries()
-    run = run_playbook(PLAYBOOK, INVENTORY, extravars={**OTHER_KEY, "flash_attn_force_rebuild": True})
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars={**OTHER_KEY, "flash_attn_force_rebuild": "true"})  # as -e gives it
     assert run.rc == 0 and len(builders(run)) == 1
     assert actions(run) == ["built", "installed from cache"]
     assert cache_entries().keys() == before.keys()

@@ -113,8 +113,8 @@ def test_a_failed_a_b_still_puts_the_original_unit_back(host, ab_run):
                       "> /etc/lab-gpu/server.json")
     try:
         run = run_playbook(ROOT / "site.yml", INVENTORY, tags="bench", limit=NODES[0],
-                           extravars={"sglang_bench_ab": True, "sglang_bench_concurrencies": [1],
-                                      "sglang_server_health_timeout": 5})
+                           extravars={"sglang_bench_ab": "true", "sglang_bench_concurrencies": [1],
+                                      "sglang_server_health_timeout": "5"})  # as -e gives them: strings
         assert run.rc != 0
         failed = [f["task"] for f in run.hosts[NODES[0]].failures]
         assert failed and all("health gate" in task for task in failed), failed
