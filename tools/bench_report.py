@@ -223,15 +223,14 @@ def run(inventory: list, *, ab: bool, extravars: dict, out: Path) -> tuple[dict,
     from fleet import run_playbook
     extravars = dict(extravars, sglang_bench_ab=ab, sglang_bench_report_dir=str(out.resolve()))
     result = run_playbook(ROOT / "site.yml", inventory, tags="verify,bench", extravars=extravars, quiet=False)
-    hosts = {name: h.facts["sglang_bench_results"] for name, h in result.hosts.items()
-             if "sglang_bench_results" in h.facts}
-    if not hosts:
+    benched = {name: h.facts for name, h in result.hosts.items() if "sglang_bench_results" in h.facts}
+    if not benched:
         raise SystemExit("bench_report: no host returned bench results (rc=%s)" % result.rc)
-    any_facts = next(h.facts for h in result.hosts.values() if "sglang_bench_results" in h.facts)
-    saved = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
-    report = build_report(hosts, slow_percent=saved.get("slow_host_percent", 10.0),
-                          simulated=bool(any_facts.get("sglang_bench_simulated_numbers")),
-                          settings=saved.get("settings", {}))
+    settings = next(iter(benched.values()))["sglang_bench_settings"]
+    report = build_report({name: facts["sglang_bench_results"] for name, facts in benched.items()},
+                          slow_percent=float(settings["slow_host_percent"]),
+                          simulated=any(facts.get("sglang_bench_simulated_numbers") for facts in benched.values()),
+                          settings=settings["report"])
     write_report(report, out)
     return report, result
 

@@ -9,6 +9,8 @@ flash_attn_max_jobs
     How many compile jobs a host can run without the OOM killer ending the build.
 flash_attn_builders
     For each build key some host needs, the one host that builds its wheel.
+flash_attn_is_wanted
+    Whether an installed flash-attn version is the one a build key (or a prebuilt wheel) gives.
 """
 from __future__ import annotations
 
@@ -91,10 +93,26 @@ def flash_attn_builders(plans, preferred=""):
     return builders
 
 
+def flash_attn_is_wanted(installed, label, version="", exact=""):
+    """True when `installed` is the wanted flash-attn.
+
+    exact: a prebuilt wheel's version, which must match as a whole. Otherwise the local label must
+    be the build key's, and the public version `version` unless it is "" (a git ref's version is
+    whatever its source says).
+    """
+    if not installed:
+        return False
+    if exact:
+        return installed == exact
+    public, _, local = str(installed).partition("+")
+    return local == label and (not version or public == version)
+
+
 class FilterModule:
     def filters(self):
         return {
             "flash_attn_build_key": flash_attn_build_key,
             "flash_attn_max_jobs": flash_attn_max_jobs,
             "flash_attn_builders": flash_attn_builders,
+            "flash_attn_is_wanted": flash_attn_is_wanted,
         }

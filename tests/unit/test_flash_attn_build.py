@@ -4,7 +4,7 @@ import json
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from flash_attn_build import flash_attn_build_key, flash_attn_builders, flash_attn_max_jobs
+from flash_attn_build import flash_attn_build_key, flash_attn_builders, flash_attn_is_wanted, flash_attn_max_jobs
 import flash_attn_build_watch as watch
 from conftest import FIXTURES
 
@@ -112,6 +112,23 @@ def test_the_named_build_host_builds_for_its_own_key_even_when_current_itself():
 def test_hosts_not_ready_take_no_part():
     plans = [plan("a", None, ready=False), plan("b", "k1")]
     assert flash_attn_builders(plans, "a") == {"k1": "b"}
+
+
+# --- is the installed one the wanted one --------------------------------------------------------
+
+def test_the_installed_build_is_wanted_only_with_the_key_s_label_and_the_pinned_version():
+    label = key()["label"]
+    assert flash_attn_is_wanted("2.8.3+" + label, label, "2.8.3")
+    assert not flash_attn_is_wanted("2.8.2+" + label, label, "2.8.3")
+    assert not flash_attn_is_wanted("2.8.3", label, "2.8.3")           # an upstream wheel
+    assert not flash_attn_is_wanted("2.8.3+build.0123456789ab", label, "2.8.3")
+    assert not flash_attn_is_wanted(None, label, "2.8.3")              # not installed
+    assert flash_attn_is_wanted("2.9.0+" + label, label, "")           # a git ref: the label decides
+
+
+def test_a_prebuilt_wheel_is_wanted_as_a_whole_version():
+    assert flash_attn_is_wanted("2.8.3+cu13torch2.9", "build.x", "2.8.3", exact="2.8.3+cu13torch2.9")
+    assert not flash_attn_is_wanted("2.8.3+build.x", "build.x", "2.8.3", exact="2.8.3+cu13torch2.9")
 
 
 # --- watching the build --------------------------------------------------------------------------
