@@ -176,9 +176,30 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
+def merge_config(argv, site, flags):
+    """argv with its --config FILE merged in by the installed sglang's own ConfigArgumentMerger."""
+    if "--config" not in argv:
+        return argv
+    import importlib.util
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        # The lab venv's sglang is installed without dependencies, PyYAML among them. The role
+        # writes the file as JSON, which is YAML: json reads it the same.
+        import types
+        sys.modules["yaml"] = types.SimpleNamespace(safe_load=json.load)
+    path = os.path.join(site, "sglang", "srt", "server_args_config_parser.py")
+    spec = importlib.util.spec_from_file_location("sglang_lab_config_parser", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    booleans = sorted({flag.dest for flag in flags.values() if flag.nargs == 0})
+    return module.ConfigArgumentMerger(boolean_actions=booleans).merge_config_with_args(argv)
+
+
 def main(argv):
     site = sysconfig.get_paths()["purelib"]
-    parsed, problems = sglang_args.lint(argv, sglang_args.read_flags(site))
+    flags = sglang_args.read_flags(site)
+    parsed, problems = sglang_args.lint(merge_config(argv, site, flags), flags)
     if problems:
         sys.stderr.write("lab-server: the installed sglang rejects: %s\n" % "; ".join(problems))
         return 2

@@ -6,8 +6,12 @@ import pytest
 import yaml
 
 from ansible.module_utils.sglang_args import lint, read_flags
-from conftest import ROOT
+from ansible.module_utils.systemd_devices import denied, parse_ls_l
+from conftest import FIXTURES, ROOT
 from fleet import run_playbook
+
+# A real driver-580 host (H200, Ubuntu 24.04): /proc/devices and its NVIDIA/RDMA device nodes.
+H200 = FIXTURES / "hosts/h200-driver580"
 
 
 def render(tmp_path, monkeypatch, hosts, **extravars):
@@ -18,7 +22,21 @@ def render(tmp_path, monkeypatch, hosts, **extravars):
     run = run_playbook(ROOT / "tests/playbooks/render_unit.yml", inventory,
                        extravars={"render_dir": str(tmp_path), **extravars})
     assert run.rc == 0, run.hosts
-    return {h: (tmp_path / f"{h}.service").read_text() for h in hosts}
+    return {h: (tmp_path / f"{h}.sglang.service").read_text() for h in hosts}
+
+
+def device_allow(unit):
+    return [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("DeviceAllow=")]
+
+
+def captured_nodes():
+    """The host's nodes from `stat` (dev-nodes.txt: path, type, major:minor, mode, owner)."""
+    nodes = []
+    for line in (H200 / "dev-nodes.txt").read_text().splitlines():
+        path, rest = line.split(" ", 1)
+        major, minor = rest.split()[-3].split(":")
+        nodes.append((path, "c" if "character" in rest else "b", int(major), int(minor)))
+    return nodes
 
 
 def exec_start(unit):
@@ -43,11 +61,13 @@ def test_defaults_alone_give_the_production_unit(tmp_path, monkeypatch, site_pac
         "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-flashinfer-allreduce-fusion")
     for line in ("Type=exec", "User=sglang", "Restart=on-failure", "TimeoutStartSec=3600", "LimitMEMLOCK=infinity",
                  "Environment=SGLANG_ENABLE_SPEC_V2=1", "Environment=HF_HUB_OFFLINE=1",
-                 "Environment=CUDA_HOME=/usr/local/cuda-13.0",
-                 "Environment=LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64",
-                 "EnvironmentFile=/etc/sglang/sglang.env", "DeviceAllow=char-nvidia-frontend rw",
+                 "Environment=CUDA_HOME=/usr/local/cuda-13.0", "DevicePolicy=closed",
+                 "Requires=sglang-gpu-init.service",
+                 "RequiresMountsFor=/models/nvidia/Kimi-K2.5-NVFP4 /models/lightseekorg/kimi-k2.5-eagle3",
                  "ProtectSystem=strict", "NoNewPrivileges=yes"):
         assert line in unit.splitlines()
+    # torch loads the CUDA libraries it ships; the toolkit's lib64 must not be put in front of them.
+    assert "LD_LIBRARY_PATH" not in unit and "EnvironmentFile" not in unit
     assert "--enable-torch-symm-mem" not in argv and "--api-key" not in argv
     # Every flag of the production unit is one sglang 0.5.9 itself defines.
     parsed, problems = lint(argv[3:], read_flags(str(site_packages())))
@@ -64,10 +84,58 @@ def test_a_multi_node_group_gets_ranks_and_the_first_host_as_rendezvous(tmp_path
         assert argv[argv.index("--dist-init-addr") + 1] == "gpu-a:20000"
 
 
-def test_the_api_key_stays_a_reference_in_the_unit(tmp_path, monkeypatch):
-    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_api_key="s3cret-value")["gpu-node-01"]
-    assert "s3cret-value" not in unit
-    assert exec_start(unit)[-2:] == ["--api-key", "${SGLANG_API_KEY}"]
+def test_the_api_key_reaches_sglang_through_its_config_file_only(tmp_path, monkeypatch, upstream_sglang):
+    key = 'k3y-with "quotes", $dollar and : colon'
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_api_key=key)["gpu-node-01"]
+    assert "k3y" not in unit and "--api-key" not in unit
+    argv = exec_start(unit)
+    assert argv[-2:] == ["--config", "/etc/sglang/sglang.yaml"]
+    # sglang 0.5.9's own --config reader turns the file the role writes into --api-key KEY.
+    sys.path.insert(0, str(upstream_sglang / "sglang/srt"))
+    try:
+        from server_args_config_parser import ConfigArgumentMerger
+    finally:
+        sys.path.pop(0)
+    config = tmp_path / "sglang.yaml"
+    config.write_text((tmp_path / "gpu-node-01.yaml").read_text())
+    merged = ConfigArgumentMerger(boolean_actions=[]).merge_config_with_args(["--config", str(config)])
+    assert merged == ["--api-key", key]
+
+
+def test_the_unit_allows_every_nvidia_node_of_a_real_driver_580_host(tmp_path, monkeypatch):
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
+    proc_devices = (H200 / "proc-devices.txt").read_text()
+    nodes = parse_ls_l((H200 / "ls-dev-nvidia.txt").read_text())
+    assert {n[0] for n in nodes} == {"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                     "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"}
+    assert nodes == sorted(n for n in captured_nodes() if "infiniband" not in n[0])
+    assert "DevicePolicy=closed" in unit.splitlines()
+    assert denied(device_allow(unit), proc_devices, nodes) == []
+    # Without RDMA the InfiniBand nodes stay denied.
+    assert denied(device_allow(unit), proc_devices, captured_nodes()) == ["/dev/infiniband/rdma_cm"]
+
+
+def test_the_frontend_group_named_before_driver_550_hides_the_gpus():
+    """What the unit allowed before: on a driver-580 host CUDA saw no GPU."""
+    old = ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw", "char-nvidia-nvswitch rw"]
+    nodes = parse_ls_l((H200 / "ls-dev-nvidia.txt").read_text())
+    assert denied(old, (H200 / "proc-devices.txt").read_text(), nodes) == ["/dev/nvidia0", "/dev/nvidiactl"]
+
+
+def test_a_multi_node_group_allows_the_rdma_nodes(tmp_path, monkeypatch):
+    unit = render(tmp_path, monkeypatch, ["gpu-a", "gpu-b"], sglang_server_multinode_group="gpu_nodes")["gpu-a"]
+    assert device_allow(unit) == ["char-nvidia* rw", "char-infiniband_* rw", "/dev/infiniband/rdma_cm rw"]
+    assert denied(device_allow(unit), (H200 / "proc-devices.txt").read_text(), captured_nodes()) == []
+
+
+def test_the_gpu_nodes_are_created_as_root_before_the_server(tmp_path, monkeypatch):
+    render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_gpus_per_node=8, sglang_server_persistence_mode=True)
+    init = (tmp_path / "gpu-node-01.sglang-gpu-init.service").read_text().splitlines()
+    starts = [line.split("=", 1)[1] for line in init if line.startswith("ExecStart=")]
+    assert starts == ["/usr/bin/nvidia-modprobe -u -c0"] + [f"/usr/bin/nvidia-modprobe -c{i}" for i in range(1, 8)] \
+        + ["/usr/bin/nvidia-smi --persistence-mode=1"]
+    assert "Type=oneshot" in init and "RemainAfterExit=yes" in init and "Before=sglang.service" in init
+    assert not any(line.startswith(("User=", "NoNewPrivileges")) for line in init)
 
 
 @pytest.mark.parametrize("word,quoted", [("/models/x", "/models/x"), ("a b", '"a b"'), ("$HOME", '"$$HOME"'),

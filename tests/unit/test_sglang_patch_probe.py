@@ -105,7 +105,7 @@ def test_a_gate_flag_read_elsewhere_is_drift(site_packages):
 
 def test_verify_fails_on_an_unpatched_tree(site_packages):
     _, errors = plan(site_packages(), mode="verify")
-    assert len(errors) == 5 and all(e.endswith("not applied") for e in errors)
+    assert len(errors) == 6 and all(e.endswith("not applied") for e in errors)
 
 
 def test_methods_at_module_level_are_not_in_effect():
@@ -113,3 +113,27 @@ def test_methods_at_module_level_are_not_in_effect():
                      "EntryClass = [KimiK25ForConditionalGeneration]\n"
                      "def get_embed_and_head(self):\n    pass\n")
     assert probe_mod.KimiK25Eagle3().in_effect(tree, SETTINGS).startswith("KimiK25ForConditionalGeneration lacks")
+
+
+def test_the_startup_log_of_server_args_shows_no_key(site_packages):
+    """The patched ServerArgs.__repr__, as sglang 0.5.9's engine logs it: f"{server_args=}"."""
+    import dataclasses
+    site = site_packages()
+    entry = by_name(plan(site)[0])["server_args_redact_secrets"]
+    lines = open(entry["path"]).read().splitlines(True)
+    at = probe_mod.find_anchor("".join(lines), entry["insertbefore"])[0] - 1
+    patched = "".join(lines[:at]) + entry["block"] + "\n" + "".join(lines[at:])
+    compile(patched, entry["path"], "exec")
+    # The patched class's own __repr__, on a dataclass with ServerArgs's secret fields.
+    cls = probe_mod.find_class(ast.parse(patched), "ServerArgs")
+    method = probe_mod.find_function(cls.body, "__repr__")
+    namespace = {"dataclasses": dataclasses}
+    exec(compile(ast.Module(body=[method], type_ignores=[]), "server_args.py", "exec"), namespace)
+    ServerArgs = dataclasses.dataclass(type("ServerArgs", (), {
+        "__annotations__": {"model_path": str, "api_key": str, "admin_api_key": str},
+        "__repr__": namespace["__repr__"], "admin_api_key": None}))
+    server_args = ServerArgs(model_path="/models/kimi", api_key="s3cret")
+    logged = f"{server_args=}"
+    assert "s3cret" not in logged
+    assert logged == "server_args=ServerArgs(model_path='/models/kimi', api_key='<redacted>', admin_api_key=None)"
+    assert probe_mod.PATCHES["server_args_redact_secrets"].in_effect(ast.parse(patched), SETTINGS) is None

@@ -44,7 +44,8 @@ def test_the_patch_report_is_a_local_fact(host):
     assert report["sglang_version"] == "0.5.9"
     assert {p["name"]: p["status"] for p in report["patches"]} == {
         "kimi_k25_eagle3": "applied", "sm120_symm_mem_max_sizes": "applied", "sm120_symm_mem_multimem": "applied",
-        "sm120_allreduce_fusion_gate": "applied", "sm120_flashinfer_trtllm_comm": "applied"}
+        "sm120_allreduce_fusion_gate": "applied", "sm120_flashinfer_trtllm_comm": "applied",
+        "server_args_redact_secrets": "applied"}
 
 
 def test_a_rerun_of_both_stages_changes_nothing_even_in_check_mode():

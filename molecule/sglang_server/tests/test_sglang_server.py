@@ -41,15 +41,47 @@ def test_the_unit_runs_as_its_own_user_and_listens_on_loopback_only(host, index)
 
 
 @pytest.mark.parametrize("index", [0, 1])
-def test_the_secret_is_in_the_0600_environment_file_only(host, index):
+def test_the_secret_is_in_its_config_file_only_never_in_argv_environment_or_journal(host, index):
     host = nodes(host)[index]
     secret = "lab-secret-%s-4f9c" % NODES[index]
+    config = host.file("/etc/sglang/sglang.yaml")
+    assert (config.user, config.group, config.mode) == ("root", "sglang", 0o640)
+    assert json.loads(config.content_string) == {"api-key": secret}
     env = host.file("/etc/sglang/sglang.env")
     assert (env.user, env.group, env.mode) == ("root", "root", 0o600)
-    assert "SGLANG_API_KEY=%s" % secret in env.content_string
     unit = host.file(UNIT)
     assert unit.mode == 0o644 and secret not in unit.content_string
-    assert "--api-key ${SGLANG_API_KEY}" in unit.content_string
+    assert "--config /etc/sglang/sglang.yaml" in unit.content_string
+    # Every process's command line and the server's environment, as any local user could read them.
+    pid = host.check_output("systemctl show -p MainPID --value sglang")
+    assert secret not in host.check_output("cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+    assert secret not in host.check_output("tr '\\0' '\\n' < /proc/%s/environ" % pid)
+    assert secret not in host.check_output("journalctl --no-pager -o cat -u sglang -u sglang-gpu-init")
+
+
+def test_the_gpu_nodes_were_created_as_root_before_the_server(host):
+    node = nodes(host)[0]
+    init = node.service("sglang-gpu-init")
+    assert init.is_enabled and init.is_running  # a oneshot that remains after exit
+    calls = node.file("/run/lab-nvidia-modprobe.log").content_string.splitlines()
+    assert calls[:8] == ["uid=0 -u -c0"] + ["uid=0 -c%d" % i for i in range(1, 8)]
+    requires = node.check_output("systemctl show -p Requires -p After --value sglang")
+    assert "sglang-gpu-init.service" in requires
+
+
+def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
+    node = nodes(host)[0]
+    set_mode(node, "crash")
+    try:
+        for _ in range(5):
+            node.run("systemctl restart sglang")
+            node.run("sleep 0.5")
+        assert node.check_output("systemctl show -p Result --value sglang") == "start-limit-hit"
+    finally:
+        set_mode(node, "healthy")
+    run = run_playbook(SERVER, INVENTORY, limit="server-gpu-1")
+    assert run.rc == 0, run.hosts["server-gpu-1"].failures
+    assert node.service("sglang").is_running
 
 
 def test_the_unit_passes_systemd_verify_and_is_hardened(host):
