@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Lab only: build the signed local apt mirror with the CUDA packages of files/lab/cuda/packages.yml.
+"""Lab only: build the local apt mirrors: the signed CUDA one with the packages of
+files/lab/cuda/packages.yml, and a small distro one (debian/) with the real Debian packages the roles
+install that the lab image, like a cloud image, lacks (DISTRO_PACKAGES, fetched with apt-get download).
 
 Lays it out as NVIDIA's CUDA repository is (a flat repository per distro and arch, e.g.
 debian12/x86_64/ with Packages, Release, InRelease and Release.gpg), signed with a throwaway test
@@ -23,6 +25,9 @@ ROOT = HERE.parents[1]
 REPO = ROOT / ".cache/lab-apt"
 SUITE = "debian12/x86_64"
 SPEC = HERE / "cuda/packages.yml"
+DISTRO = "debian"
+# python3-debian: what deb822_repository needs on the host; with its dependencies.
+DISTRO_PACKAGES = ("python3-debian", "python3-chardet", "python3-pkg-resources")
 
 NVCC = """#!/bin/sh
 # Lab stand-in for CUDA {cuda}'s nvcc: prints what the real one prints for --version.
@@ -89,6 +94,30 @@ def build_deb(pkg: dict, out: Path) -> None:
                         str(out / f"{pkg['name']}_{pkg['version']}_amd64.deb")], check=True, stdout=subprocess.DEVNULL)
 
 
+def download_distro_packages(out: Path) -> None:
+    """The real Debian packages, as the controller's apt sources (Debian 12, as the image) serve them."""
+    out.mkdir(parents=True)
+    cmd = ["apt-get", "download", "-q", *DISTRO_PACKAGES]
+    if subprocess.run(cmd, cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(cmd, cwd=out, check=True, stdout=subprocess.DEVNULL)
+
+
+def write_index(suite: Path, label: str) -> None:
+    """Packages, Packages.gz and Release of a flat repository."""
+    packages = subprocess.run(["dpkg-scanpackages", "-m", "."], cwd=suite, check=True, capture_output=True,
+                              text=True).stdout
+    (suite / "Packages").write_text(packages)
+    (suite / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
+    lines = ["Origin: sglang-fleet lab", f"Label: {label}", "Architectures: amd64 all", "Suite: /"]
+    for algo, name in (("md5", "MD5Sum"), ("sha256", "SHA256")):
+        lines.append(f"{name}:")
+        for f in ("Packages", "Packages.gz"):
+            data = (suite / f).read_bytes()
+            lines.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {f}")
+    (suite / "Release").write_text("\n".join(lines) + "\n")
+
+
 def gpg(home: Path, *args: str) -> None:
     subprocess.run(["gpg", "--batch", "--quiet", "--homedir", str(home), *args], check=True)
 
@@ -102,17 +131,9 @@ def build() -> Path:
     suite.mkdir(parents=True)
     for pkg in yaml.safe_load(SPEC.read_text()):
         build_deb(pkg, suite)
-    packages = subprocess.run(["dpkg-scanpackages", "-m", "."], cwd=suite, check=True, capture_output=True,
-                              text=True).stdout
-    (suite / "Packages").write_text(packages)
-    (suite / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
-    lines = ["Origin: sglang-fleet lab", "Label: sglang-fleet lab CUDA mirror", "Architectures: amd64", "Suite: /"]
-    for algo, name in (("md5", "MD5Sum"), ("sha256", "SHA256")):
-        lines.append(f"{name}:")
-        for f in ("Packages", "Packages.gz"):
-            data = (suite / f).read_bytes()
-            lines.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {f}")
-    (suite / "Release").write_text("\n".join(lines) + "\n")
+    write_index(suite, "sglang-fleet lab CUDA mirror")
+    download_distro_packages(REPO / DISTRO)
+    write_index(REPO / DISTRO, "sglang-fleet lab distro mirror")
     home = Path(tempfile.mkdtemp(prefix="lab-gpg-"))
     try:
         os.chmod(home, 0o700)

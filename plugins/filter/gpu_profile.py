@@ -77,7 +77,7 @@ def gpu_profile_mismatches(found, expected):
 
     need_gb = float(expected.get("min_free_disk_gb") or 0)
     if need_gb and float(found["free_disk_gb"]) < need_gb:
-        problems.append("free disk for %s: expected at least %g GB, found %.1f GB"
+        problems.append("free disk for %s: expected at least %g GB (free + models in place), found %.1f GB"
                         % (expected.get("disk_path", "the model directory"), need_gb, float(found["free_disk_gb"])))
     return problems
 

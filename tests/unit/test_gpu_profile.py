@@ -29,7 +29,7 @@ def test_the_real_h200_host_is_refused_for_count_and_capability():
     ({"driver_version": "575.57.08"}, "driver: expected 580 or newer, found 575.57.08"),
     ({"kernel_module": "proprietary"}, "kernel module: expected the NVIDIA open kernel modules, found proprietary"),
     ({"os": "Ubuntu 20.04"}, "operating system: expected one of Ubuntu 22.04, Ubuntu 24.04, Debian 12, found Ubuntu 20.04"),
-    ({"free_disk_gb": 120.5}, "free disk for /models: expected at least 700 GB, found 120.5 GB"),
+    ({"free_disk_gb": 120.5}, "free disk for /models: expected at least 700 GB (free + models in place), found 120.5 GB"),
 ])
 def test_each_mismatch_is_named(over, expected):
     assert gpu_profile_mismatches(host(**over), PROFILE) == [expected]

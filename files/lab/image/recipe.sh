@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Recipe of the lab node image: Debian 12 with systemd as PID 1 and what Ansible needs.
+# As a cloud image ships: no python3-debian (the cuda role installs it from the lab's distro
+# mirror). build-essential and python3-dev are in the image because their closure is too large
+# for the lab mirror; the sglang role still installs them, and finds them present.
 # The image tag is this file's hash, so editing it is what triggers a rebuild.
 # Usage: recipe.sh ROOTFS_DIR
 set -euo pipefail
 rootfs=$1
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 debootstrap --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,python3-debian,procps,iproute2,ca-certificates,curl,sudo \
+  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,build-essential,python3-dev,procps,iproute2,ca-certificates,curl,sudo \
   bookworm "$rootfs" "$mirror"
 # An empty machine-id makes systemd generate one per container.
 : > "$rootfs/etc/machine-id"

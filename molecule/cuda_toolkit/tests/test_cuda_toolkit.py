@@ -24,6 +24,16 @@ def test_the_repository_is_deb822_with_signed_by(host):
     assert "Signed-By:" in sources
 
 
+def test_cuda_keyrings_source_was_taken_over_and_apt_reads_every_source(host):
+    assert not host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list").exists
+    kept = host.file("/var/backups/cuda-debian12-x86_64.list")
+    assert "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg" in kept.content_string
+    out = host.run("apt-get update")
+    assert out.rc == 0 and "Conflicting values" not in out.stderr, out.stderr
+    # deb822_repository's library came from the distro mirror: the image, like a cloud image, lacks it.
+    assert host.package("python3-debian").is_installed
+
+
 def test_profile_and_linker_see_bin_and_lib64(host):
     profile = host.file("/etc/profile.d/cuda.sh").content_string
     assert "export CUDA_HOME=/usr/local/cuda-13.0" in profile
