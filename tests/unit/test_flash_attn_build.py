@@ -162,3 +162,31 @@ def test_a_job_is_finished_when_the_async_wrapper_wrote_its_result(tmp_path):
     assert not watch.job_finished(str(results))
     results.write_text(json.dumps({"rc": 1, "stdout": "", "changed": True}))
     assert watch.job_finished(str(results))
+
+
+def test_watch_rounds_that_ansible_cannot_nest_are_refused_before_any_build():
+    from flash_attn_build import flash_attn_watch_rounds
+    assert flash_attn_watch_rounds(180, 60) == 180          # the defaults
+    assert flash_attn_watch_rounds(1, 7) == 9               # a partial round counts
+    with pytest.raises(AnsibleFilterError, match="gives up to 360 progress rounds; at most 200 fit.*at least 54 seconds"):
+        flash_attn_watch_rounds(180, 30)
+    with pytest.raises(AnsibleFilterError, match="must be positive"):
+        flash_attn_watch_rounds(180, 0)
+
+
+def _task(path, name_start):
+    import yaml
+    from conftest import ROOT
+    tasks = yaml.safe_load((ROOT / path).read_text())
+    flat = [t for entry in tasks for t in entry.get("block", [entry])]
+    return next(t for t in flat if t["name"].startswith(name_start))
+
+
+def test_the_wheel_is_fetched_without_become_so_fetch_need_not_slurp_it():
+    task = _task("roles/flash_attn/tasks/build.yml", "The wheel is stored in the controller's cache")
+    assert task["vars"]["ansible_become"] is False  # a task-level become: false loses to the inventory's
+
+
+def test_the_gpu_kernel_check_runs_only_after_this_run_built_or_installed():
+    task = _task("roles/flash_attn/tasks/verify.yml", "A tiny attention on the first GPU")
+    assert "__flash_attn_plan.needs" in task["when"]
