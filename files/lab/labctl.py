@@ -128,6 +128,39 @@ def fetch_sdist(project: str, version: str, dest: Path) -> Path:
     return target
 
 
+def build_sgl_kernel_wheel(dest: Path, version: str, tag: str) -> Path:
+    """A stand-in for sglang's CUDA sgl-kernel wheel, packaged as upstream packages it: the file
+    name carries +<tag>, the METADATA a plain version (sglang issues #14327, #20953), so pip refuses
+    it from an index and the role installs it by direct URL, as on a real host. No kernels inside.
+    Byte-for-byte reproducible: its sha256 is pinned in inventory/lab/group_vars/all.yml."""
+    import base64
+    import zipfile
+    name = f"sgl_kernel-{version}+{tag}-cp310-abi3-manylinux2014_x86_64.whl"
+    info = f"sgl_kernel-{version}.dist-info"
+    files = {
+        "sgl_kernel/__init__.py": f'"""sglang-fleet lab stand-in for sgl-kernel {version}: no CUDA kernels."""\n'
+                                  f'__version__ = "{version}"\n',
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: sgl-kernel\nVersion: {version}\n"
+                            "Summary: sglang-fleet lab stand-in (packaged as upstream's cu130 wheels)\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: sglang-fleet-lab\nRoot-Is-Purelib: false\n"
+                         "Tag: cp310-abi3-manylinux2014_x86_64\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
+    dest.mkdir(parents=True, exist_ok=True)
+    partial = dest / (name + ".part")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, text in files.items():
+            entry = zipfile.ZipInfo(path, date_time=(2025, 1, 1, 0, 0, 0))
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, text)
+    partial.rename(dest / name)
+    return dest / name
+
+
 def lab_torch() -> str:
     """The CPU torch the lab's sglang venvs get (inventory/lab/group_vars/all.yml)."""
     lab = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
@@ -151,7 +184,8 @@ def fill_wheelhouse() -> list[Path]:
             index = os.environ.get("LAB_TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
             pip_download(WHEELHOUSE, *requirements, deps=True, options=("--extra-index-url", index))
         stamp.write_text("\n".join(requirements))
-    return [fetch_wheel("sglang", pins["sglang_version"], WHEELHOUSE),
+    return [build_sgl_kernel_wheel(WHEELHOUSE, pins["sglang_sgl_kernel_version"], lab["sglang_cuda_wheel_tag"]),
+            fetch_wheel("sglang", pins["sglang_version"], WHEELHOUSE),
             fetch_wheel("flashinfer-python", pins["sglang_flashinfer_version"], WHEELHOUSE),
             fetch_sdist("flash-attn", flash["flash_attn_version"], WHEELHOUSE)]
 

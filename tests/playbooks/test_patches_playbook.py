@@ -14,7 +14,8 @@ TARGETS = ["sglang/srt/models/kimi_k25.py",
            "sglang/srt/distributed/device_communicators/all_reduce_utils.py",
            "sglang/srt/distributed/device_communicators/torch_symm_mem.py",
            "sglang/srt/layers/communicator.py",
-           "flashinfer/jit/comm.py"]
+           "flashinfer/jit/comm.py",
+           "sglang/srt/server_args.py"]
 
 
 @pytest.fixture

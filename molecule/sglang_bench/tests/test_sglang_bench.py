@@ -3,6 +3,8 @@ import hashlib
 import json
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,14 @@ def test_a_failed_a_b_still_puts_the_original_unit_back(host, ab_run):
                           "> /etc/lab-gpu/server.json && systemctl restart sglang")
     assert unit_digests(host) == before
     assert run_playbook(ROOT / "site.yml", INVENTORY, tags="verify").rc == 0
+
+
+def test_the_key_reaches_bench_serving_but_no_command_line_or_output(host):
+    """At -vvv Ansible prints each module's arguments and the remote command it runs (a task's
+    environment: is part of that command): the key must be in neither, and the bench still authenticates."""
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY, str(ROOT / "site.yml"),
+                          "--tags", "bench", "--limit", NODES[0], "-vvv", "-e", '{"sglang_bench_concurrencies": [1]}'],
+                         capture_output=True, text=True, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert not any(secret in out.stdout + out.stderr for secret in SECRETS)
+    assert "%s eagle3 concurrency 1:" % NODES[0] in out.stdout  # bench_serving was let in with the key

@@ -39,6 +39,22 @@ def test_the_venv_holds_the_pinned_wheels_and_a_patched_tree(host):
     assert out["comm"] is True
 
 
+def test_sgl_kernel_came_from_its_pinned_url_as_upstream_packages_it(host):
+    """METADATA says 0.3.21, the file name 0.3.21+cpu: pip took it by URL, and recorded where from."""
+    out = host.check_output("%s/bin/python -c 'from importlib.metadata import distribution as d; "
+                            "x = d(\"sgl-kernel\"); print(x.version); print(x.read_text(\"direct_url.json\"))'" % VENV)
+    version, origin = out.split("\n", 1)
+    origin = json.loads(origin)
+    assert version == "0.3.21"
+    assert origin["url"] == "file:///srv/lab-wheelhouse/sgl_kernel-0.3.21+cpu-cp310-abi3-manylinux2014_x86_64.whl"
+    assert origin["archive_info"]["hashes"]["sha256"] == \
+        "5e331783c2b618c37ba5193ed9cb7213f5daa02cec5172a16af4be8fdcecf28e"
+    # From an index, pip refuses such a wheel: the lab reproduces what a real host sees.
+    refused = host.run("%s/bin/pip download --no-deps --no-index --find-links /srv/lab-wheelhouse -d /tmp/x "
+                       "sgl-kernel==0.3.21+cpu" % VENV)
+    assert refused.rc != 0 and "inconsistent version" in refused.stdout + refused.stderr
+
+
 def test_the_patch_report_is_a_local_fact(host):
     report = json.loads(host.file("/etc/ansible/facts.d/sglang_patches.fact").content_string)
     assert report["sglang_version"] == "0.5.9"
