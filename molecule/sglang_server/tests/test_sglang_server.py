@@ -1,6 +1,7 @@
 """sglang_server in the lab: the unit, its guard rails, its health gate and the rolling restart."""
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -70,25 +71,26 @@ def test_the_gpu_nodes_were_created_as_root_before_the_server(host):
 
 
 def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
+    """StartLimitBurst=3 an hour: after a crash loop systemd refuses every start until reset-failed."""
     node = nodes(host)[0]
-    set_mode(node, "crash")
+    fast = {"sglang_server_restart_sec": 1}  # systemd itself restarts the crashing server, quickly
     try:
-        for _ in range(5):
+        assert run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars=fast).rc == 0
+        set_mode(node, "crash")
+        try:
             node.run("systemctl restart sglang")
-            node.run("sleep 0.5")
-        assert node.check_output("systemctl show -p Result --value sglang") == "start-limit-hit"
+            for _ in range(60):
+                if node.check_output("systemctl show -p Result --value sglang") == "start-limit-hit":
+                    break
+                time.sleep(1)
+            assert node.check_output("systemctl show -p Result --value sglang") == "start-limit-hit"
+        finally:
+            set_mode(node, "healthy")
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars=fast)  # nothing changed: start it
+        assert run.rc == 0, run.hosts[NODES[0]].failures
+        assert node.service("sglang").is_running
     finally:
-        set_mode(node, "healthy")
-    run = run_playbook(SERVER, INVENTORY, limit="server-gpu-1")
-    assert run.rc == 0, run.hosts["server-gpu-1"].failures
-    assert node.service("sglang").is_running
-
-
-def test_the_unit_passes_systemd_verify_and_is_hardened(host):
-    host.run_expect([0], "systemd-analyze verify %s" % UNIT)
-    out = host.check_output("systemd-analyze security --offline=true %s | tail -1" % UNIT)
-    exposure = float(out.split("sglang.service:")[1].split()[0])
-    assert exposure <= 4.0, out
+        assert run_server().rc == 0  # back to the converged unit
 
 
 def test_the_server_answers_the_known_answer_with_its_api_key(host):
