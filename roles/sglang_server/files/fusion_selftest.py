@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""FlashInfer's TRT-LLM allreduce fusion, tested on this host's own GPUs before the server uses it.
+
+One process per GPU (torch.distributed, NCCL). Each sets up flashinfer's IPC workspace as sglang
+0.5.9 does (srt/layers/flashinfer_comm_fusion.py: max 2048 tokens, the model's hidden size), runs
+the fused all-reduce + residual add + RMSNorm (kARResidualRMSNorm) on random bf16 inputs at decode
+and prefill token counts, and compares it with the unfused reference: NCCL all-reduce, then the
+same add and RMSNorm in torch. Both are timed. A watchdog turns a hang into a failure.
+
+The result is one JSON object (stdout, and --cache-dir/<key>.json). The key covers what can change
+the outcome: flashinfer's version and the bytes of its comm sources (the patch state), the driver,
+the GPU set, the peer-to-peer topology and the test's own settings; a cached result is returned
+without touching a GPU. Exit status 0 whatever the verdict (pass, fail, hang, single-gpu, error):
+the caller decides; 2 only for bad usage.
+
+--worker MODULE replaces the GPU part (a module with run(rank, world_size, settings) -> dict per
+rank, rank 0's dict carrying "shapes"): the lab, which has no GPU, uses it.
+"""
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SCHEMA = 1
+
+
+def nvidia_smi(*args):
+    try:
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
+        return out.returncode, out.stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, str(exc)
+
+
+def host_gpus():
+    """[(index, uuid, driver)] as nvidia-smi reports them, honouring CUDA_VISIBLE_DEVICES indices."""
+    rc, out = nvidia_smi("--query-gpu=index,uuid,driver_version", "--format=csv,noheader")
+    if rc != 0:
+        raise RuntimeError("nvidia-smi --query-gpu failed (rc %d): %s" % (rc, out.strip()[-300:]))
+    gpus = [tuple(f.strip() for f in line.split(",")) for line in out.splitlines() if line.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        gpus = [g for g in gpus if g[0] in wanted or g[1] in wanted]
+    return gpus
+
+
+def flashinfer_state(python_path=None):
+    """flashinfer's version and a digest of its comm sources (our patch changes jit/comm.py)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    try:
+        dist = distribution("flashinfer-python")
+    except PackageNotFoundError:
+        return {"version": None, "sources": None}
+    digest = hashlib.sha256()
+    for rel in ("flashinfer/jit/comm.py", "flashinfer/comm/trtllm_ar.py"):
+        path = dist.locate_file(rel)
+        try:
+            digest.update(rel.encode() + b"\0" + open(path, "rb").read())
+        except OSError:
+            digest.update(rel.encode() + b"\0missing")
+    return {"version": dist.version, "sources": digest.hexdigest()[:16]}
+
+
+def cache_key(settings, gpus, p2p_text, flashinfer):
+    material = {"schema": SCHEMA, "settings": settings, "gpus": [g[1] for g in gpus],
+                "driver": sorted({g[2] for g in gpus}), "p2p": p2p_text, "flashinfer": flashinfer,
+                "worker": settings.get("worker") or "gpu"}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- the GPU part (one process per rank) -----------------------------------------------------------
+
+def rms_norm_reference(x, weight, eps):
+    import torch
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def timed(fn, iters, warmup=3):
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return sorted(times)[len(times) // 2]
+
+
+def run(rank, world_size, settings):
+    """The real test on GPU `rank`: returns this rank's errors and timings per shape."""
+    import torch
+    import torch.distributed as dist
+    import flashinfer.comm as comm
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=torch.device("cuda", rank))
+    hidden, max_tokens, eps = settings["hidden"], settings["max_tokens"], settings["eps"]
+    jit_start = time.monotonic()
+    ipc_handles, workspace = comm.trtllm_create_ipc_workspace_for_all_reduce_fusion(
+        rank, world_size, max_tokens, hidden, group=dist.group.WORLD)
+    dist.barrier()
+    shapes = []
+    try:
+        for tokens in settings["tokens"]:
+            gen = torch.Generator(device="cuda").manual_seed(1000 + tokens)  # same on every rank
+            residual = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+            weight = 1.0 + 0.1 * torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+            own = torch.Generator(device="cuda").manual_seed(rank * 7919 + tokens)  # differs per rank
+            x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, generator=own)
+            norm_out, residual_out = torch.empty_like(x), torch.empty_like(residual)
+
+            def fused():
+                comm.trtllm_allreduce_fusion(
+                    allreduce_in=x, world_size=world_size, world_rank=rank, token_num=tokens, hidden_dim=hidden,
+                    workspace_ptrs=workspace, launch_with_pdl=True, use_oneshot=None,
+                    trigger_completion_at_end=False, fp32_acc=False,
+                    pattern_code=comm.AllReduceFusionPattern.kARResidualRMSNorm, allreduce_out=None,
+                    residual_in=residual, residual_out=residual_out, norm_out=norm_out, quant_out=None,
+                    scale_out=None, rms_gamma=weight, rms_eps=eps, scale_factor=None, layout_code=None)
+
+            def unfused():
+                reduced = x.clone()
+                dist.all_reduce(reduced)
+                added = reduced + residual
+                return rms_norm_reference(added, weight, eps), added
+
+            fused()
+            torch.cuda.synchronize()
+            if not shapes:
+                jit_seconds = time.monotonic() - jit_start
+            ref_norm, ref_residual = unfused()
+            err_norm = (norm_out.float() - ref_norm.float()).abs().max().item()
+            err_res = (residual_out.float() - ref_residual.float()).abs().max().item()
+            scale = ref_norm.float().abs().max().item()
+            shapes.append({"tokens": tokens, "max_abs_err": max(err_norm, err_res), "norm_err": err_norm,
+                           "residual_err": err_res, "ref_max_abs": scale,
+                           "fused_us": round(timed(fused, settings["iters"]), 1),
+                           "unfused_us": round(timed(unfused, settings["iters"]), 1)})
+            dist.barrier()
+    finally:
+        dist.barrier()
+        comm.trtllm_destroy_ipc_workspace_for_all_reduce_fusion(ipc_handles, group=dist.group.WORLD)
+        dist.destroy_process_group()
+    return {"rank": rank, "shapes": shapes, "jit_seconds": round(jit_seconds, 1),
+            "device": torch.cuda.get_device_name(rank)}
+
+
+# --- the parent: one process per GPU, a watchdog, the verdict --------------------------------------
+
+def rank_main(args):
+    worker = importlib.import_module(args.worker) if args.worker else sys.modules[__name__]
+    settings = json.loads(args.settings)
+    result = worker.run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), settings)
+    with open(args.rank_out, "w") as handle:
+        json.dump(result, handle)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(world_size, settings, args, workdir):
+    """Runs every rank; returns (per-rank results or None, status, reason)."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world_size))
+    procs = []
+    for rank in range(world_size):
+        out = os.path.join(workdir, "rank%d.json" % rank)
+        log = open(os.path.join(workdir, "rank%d.log" % rank), "w")
+        cmd = [sys.executable, os.path.abspath(__file__), "--rank-out", out, "--settings", json.dumps(settings)]
+        if args.worker:
+            cmd += ["--worker", args.worker]
+        procs.append((subprocess.Popen(cmd, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True), out, log))
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and any(p.poll() is None for p, _, _ in procs):
+        if any(p.poll() not in (None, 0) for p, _, _ in procs):
+            time.sleep(2)  # let the others report, then stop them
+            break
+        time.sleep(0.5)
+    hung = [rank for rank, (p, _, _) in enumerate(procs) if p.poll() is None]
+    for p, _, _ in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    tails = {}
+    for rank, (p, out, log) in enumerate(procs):
+        log.close()
+        with open(log.name, errors="replace") as handle:
+            tails[rank] = handle.read()[-1500:]
+    failed = [rank for rank, (p, _, _) in enumerate(procs) if p.returncode not in (0, None) and rank not in hung]
+    if failed:
+        rank = failed[0]
+        return None, "fail", "rank %d exited with %d: %s" % (rank, procs[rank][0].returncode, tails[rank].strip())
+    if hung:
+        return None, "hang", ("no result from rank(s) %s within %d s: the fused kernel or its IPC workspace hung "
+                              "(peer-to-peer access between the GPUs is the usual cause)" % (hung, args.timeout))
+    results = []
+    for _, out, _ in procs:
+        with open(out) as handle:
+            results.append(json.load(handle))
+    return results, None, None
+
+
+def verdict(results, tolerance):
+    """pass/fail from rank 0's shapes (every rank holds the same all-reduced values)."""
+    worst = max(results, key=lambda r: max(s["max_abs_err"] for s in r["shapes"]))
+    shapes = worst["shapes"]
+    bad = [s for s in shapes if s["max_abs_err"] > tolerance["atol"] + tolerance["rtol"] * s["ref_max_abs"]]
+    if bad:
+        return "fail", ("fused result differs from NCCL all-reduce + add + RMSNorm: max error %.4g at %d tokens "
+                        "(tolerance %g + %g x |ref|)" % (bad[0]["max_abs_err"], bad[0]["tokens"], tolerance["atol"],
+                                                       tolerance["rtol"])), shapes
+    return "pass", "max error %.4g within tolerance" % max(s["max_abs_err"] for s in shapes), shapes
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cache-dir", help="keep results here, keyed; a cached result is returned as is")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds before a run counts as hung")
+    parser.add_argument("--tokens", default="1,8,64,512,2048", help="token counts (decode and prefill)")
+    parser.add_argument("--hidden", type=int, default=7168, help="hidden size (Kimi-K2.5: 7168)")
+    parser.add_argument("--max-tokens", type=int, default=2048, help="workspace size, as sglang's")
+    parser.add_argument("--eps", type=float, default=1e-6)
+    parser.add_argument("--atol", type=float, default=0.0625, help="absolute tolerance (bf16)")
+    parser.add_argument("--rtol", type=float, default=0.0078125, help="relative to the reference's largest value")
+    parser.add_argument("--iters", type=int, default=20, help="timed iterations per shape")
+    parser.add_argument("--worker", default="", help="module that replaces the GPU part (the lab)")
+    parser.add_argument("--rank-out", help=argparse.SUPPRESS)
+    parser.add_argument("--settings", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.rank_out:
+        return rank_main(args)
+    try:
+        tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
+    except ValueError:
+        parser.error("--tokens takes comma-separated integers, got %r" % args.tokens)
+    if not tokens or max(tokens) > args.max_tokens or min(tokens) < 1 or args.timeout < 1:
+        parser.error("token counts must lie in 1..--max-tokens and --timeout must be positive")
+    settings = {"tokens": tokens, "hidden": args.hidden, "max_tokens": args.max_tokens, "eps": args.eps,
+                "iters": args.iters, "worker": args.worker}
+    tolerance = {"atol": args.atol, "rtol": args.rtol}
+    started = time.monotonic()
+    result = {"status": "error", "reason": "", "cached": False, "tolerance": tolerance, "settings": settings}
+    try:
+        gpus = host_gpus()
+        _, p2p = nvidia_smi("topo", "-p2p", "r")
+        flashinfer = flashinfer_state()
+        key = cache_key(dict(settings, tolerance=tolerance), gpus, p2p, flashinfer)
+        result.update(key=key, world_size=len(gpus), gpus=[g[1] for g in gpus],
+                      driver=gpus[0][2] if gpus else None, flashinfer=flashinfer)
+        cached = os.path.join(args.cache_dir, key + ".json") if args.cache_dir else None
+        if cached and os.path.exists(cached):
+            with open(cached) as handle:
+                print(json.dumps(dict(json.load(handle), cached=True)))
+            return 0
+        if flashinfer["version"] is None and not args.worker:
+            result.update(status="error", reason="flashinfer-python is not installed in %s" % sys.prefix)
+        elif len(gpus) < 2:
+            result.update(status="single-gpu", reason="%d GPU: allreduce fusion has nothing to fuse (an all-reduce "
+                                                      "over one GPU is a copy); sglang skips it at tp 1" % len(gpus))
+        else:
+            with tempfile.TemporaryDirectory(prefix="fusion-selftest-") as workdir:
+                results, status, reason = launch(len(gpus), settings, args, workdir)
+            if results is None:
+                result.update(status=status, reason=reason)
+            else:
+                status, reason, shapes = verdict(results, tolerance)
+                result.update(status=status, reason=reason, shapes=shapes,
+                              jit_seconds=max(r.get("jit_seconds", 0) for r in results),
+                              device=results[0].get("device"))
+    except Exception as exc:  # the verdict must always be a JSON object the caller can read
+        result.update(status="error", reason="%s: %s" % (type(exc).__name__, exc))
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    if args.cache_dir and result.get("key") and result["status"] in ("pass", "fail", "hang", "single-gpu"):
+        os.makedirs(args.cache_dir, exist_ok=True)
+        partial = os.path.join(args.cache_dir, result["key"] + ".json.part")
+        with open(partial, "w") as handle:
+            json.dump(result, handle, indent=1)
+        os.replace(partial, os.path.join(args.cache_dir, result["key"] + ".json"))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
