@@ -141,21 +141,34 @@ def describe_flash_attn(facts: dict) -> str:
     return ("%s %s" % (version, action)).strip()
 
 
+def describe_fusion(facts: dict) -> str:
+    """"on", "off (switched off)", "off: self-test fail" or "-" from the server role's decision."""
+    fusion = facts.get("sglang_server_fusion")
+    if not fusion:
+        return "-"
+    if fusion.get("enabled") in (True, "True", "true"):
+        return "on (self-test %s)" % fusion.get("selftest") if fusion.get("switch") == "auto" else "on"
+    return "off (switched off)" if fusion.get("switch") == "off" else "off: self-test %s" % fusion.get("selftest")
+
+
 def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
-             "SERVER")]
+             "FUSION", "SERVER")]
     for host, r in run.hosts.items():
         f = r.facts
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
-                     describe_patches(f)[0], describe_flash_attn(f), describe_patches(f)[1],
+                     describe_patches(f)[0], describe_flash_attn(f), describe_patches(f)[1], describe_fusion(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
                      str(f.get("sglang_verify_status") or f.get("sglang_server_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(run.hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     for host, r in run.hosts.items():
+        fusion = r.facts.get("sglang_server_fusion") or {}
+        if fusion.get("switch") == "auto" and fusion.get("enabled") in (False, "False", "false"):
+            lines.append("  i %s: serves without allreduce fusion: %s" % (host, fusion.get("reason")))
         for failure in r.failures:
             lines.append("  ! %s: %s: %s" % (host, failure["task"], failure["msg"]))
     if not run.hosts:

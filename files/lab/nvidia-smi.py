@@ -72,6 +72,53 @@ def query(cfg, fields, fmt):
     return 0
 
 
+P2P_LEGEND = """
+Legend:
+
+  X    = Self
+  OK   = Status Ok
+  CNS  = Chipset not supported
+  GNS  = GPU not supported
+  TNS  = Topology not supported
+  NS   = Not supported
+  U    = Unknown
+"""
+LINK_LEGEND = """
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+
+
+def topo(cfg, argv):
+    """`topo -p2p r|w|n|a|p` and `topo -m`, laid out as driver 580's (tests compare with a capture)."""
+    n = len(cfg["gpus"])
+    names = ["GPU%d" % i for i in range(n)]
+    underline = lambda cols: "\x1b[4m" + "\t".join(cols) + "\t\x1b[0m"
+    if argv[:1] == ["-m"]:
+        out = ["\t" + underline(names + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
+        for i in range(n):
+            cells = [" X " if i == j else cfg.get("link", "NODE") for j in range(n)]
+            out.append("GPU%d\t" % i + "\t".join(cells) + "\t0-%d\t0\t\tN/A" % (os.cpu_count() - 1))
+        sys.stdout.write("\n".join(out) + "\n" + LINK_LEGEND)
+        return 0
+    if argv[:1] == ["-p2p"] and argv[1:2] and argv[1] in ("r", "w", "n", "a", "p"):
+        status = cfg.get("p2p", "OK")
+        out = [" \t" + underline(names)]
+        for i in range(n):
+            out.append(" GPU%d\t" % i + "\t".join("X" if i == j else status for j in range(n)) + "\t")
+        sys.stdout.write("\n".join(out) + "\n" + P2P_LEGEND)
+        return 0
+    sys.stdout.write("Invalid p2p capability index specified at the command-line\n")
+    return 2
+
+
 def main(argv):
     with open(CONFIG) as handle:
         cfg = json.load(handle)
@@ -81,6 +128,8 @@ def main(argv):
     if cfg.get("state") == "no-devices" or not cfg["gpus"]:
         sys.stdout.write("No devices were found\n")
         return 6
+    if argv[:1] == ["topo"]:
+        return topo(cfg, argv[1:])
     opts = dict(arg.split("=", 1) if "=" in arg else (arg, "") for arg in argv)
     if "--query-gpu" in opts:
         return query(cfg, opts["--query-gpu"].split(","), opts.get("--format", "").split(","))

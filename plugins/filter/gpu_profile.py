@@ -79,6 +79,9 @@ def gpu_profile_mismatches(found, expected):
     if need_gb and float(found["free_disk_gb"]) < need_gb:
         problems.append("free disk for %s: expected at least %g GB (free + models in place), found %.1f GB"
                         % (expected.get("disk_path", "the model directory"), need_gb, float(found["free_disk_gb"])))
+    if expected.get("require_p2p") and found.get("p2p_problems"):
+        problems.append("peer-to-peer between every GPU pair (FlashInfer allreduce fusion needs it): "
+                        + "; ".join(found["p2p_problems"]))
     return problems
 
 

@@ -13,9 +13,17 @@ description:
     the plain C(nvidia-smi) table for the CUDA version the driver supports.
   - Reads the driver's version file (C(/proc/driver/nvidia/version)) to tell the open kernel
     modules from the proprietary ones; Blackwell GPUs only work with the open ones.
+  - With I(topology), also reads the peer-to-peer matrices (C(nvidia-smi topo -p2p r), and C(w)
+    when the driver answers it) and the link matrix (C(nvidia-smi topo -m)), and returns per GPU
+    pair its read and write status and link, and a summary. FlashInfer's allreduce fusion needs P2P between every
+    pair.
   - Read-only; fails with a precise message when nvidia-smi is missing, the driver is not
     loaded, no GPU is present or the output cannot be parsed.
 options:
+  topology:
+    description: Also read the peer-to-peer and link matrices.
+    type: bool
+    default: false
   nvidia_smi:
     description: Name or path of the nvidia-smi binary. A bare name is looked up in C(PATH).
     type: str
@@ -82,6 +90,25 @@ kernel_module:
   returned: success
   type: str
   sample: open
+p2p_pairs:
+  description: >-
+    With I(topology): one entry per GPU pair, its P2P read and write status (C(OK), C(NS) not
+    supported, C(CNS) chipset not supported, C(GNS) GPU not supported, C(TNS) topology not
+    supported, C(U) unknown; the worse of the two directions; write is null when the driver does
+    not answer C(topo -p2p w)) and its link (C(NV18), C(PIX), C(NODE), C(SYS), ...).
+  returned: when topology is true
+  type: list
+  elements: dict
+  sample: [{gpus: [0, 1], read: OK, write: OK, link: NV18}]
+p2p_all_ok:
+  description: With I(topology), whether every pair reads (and, where answered, writes) peer to peer.
+  returned: when topology is true
+  type: bool
+p2p_problems:
+  description: With I(topology), one sentence per pair and direction that is not OK, or why the matrix could not be read.
+  returned: when topology is true
+  type: list
+  elements: str
 """
 
 import csv
@@ -158,11 +185,74 @@ def kernel_module_flavour(version_text):
     return "unknown"
 
 
+P2P_STATUS = {"OK": "Status Ok", "CNS": "Chipset not supported", "GNS": "GPU not supported",
+              "TNS": "Topology not supported", "NS": "Not supported", "U": "Unknown"}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def parse_matrix(text):
+    """{(i, j): cell} of the GPU columns of an nvidia-smi topo matrix (-p2p X or -m)."""
+    lines = [ANSI.sub("", line) for line in text.splitlines()]
+    at = next((i for i, line in enumerate(lines) if re.match(r"^\s*GPU0(\s|$)", line)), None)
+    if at is None:
+        raise GpuInfoError("malformed nvidia-smi topo output: no GPU0 header: %r" % text.strip()[:200])
+    columns = [int(h[3:]) for h in lines[at].split() if re.match(r"^GPU\d+$", h)]
+    cells = {}
+    for line in lines[at + 1:]:
+        words = line.split()
+        if len(words) > len(columns) and re.match(r"^GPU\d+$", words[0]):
+            row = int(words[0][3:])
+            for col, value in zip(columns, words[1:1 + len(columns)]):
+                cells[(row, col)] = value
+    if not cells:
+        raise GpuInfoError("malformed nvidia-smi topo output: no GPU rows: %r" % text.strip()[:200])
+    return cells
+
+
+def worse(a, b):
+    return a if a != "OK" else b
+
+
+def p2p_summary(read_text, write_text, links_text):
+    """p2p_pairs, p2p_all_ok, p2p_problems from the three matrices (write_text None: not answered)."""
+    read = parse_matrix(read_text)
+    write = parse_matrix(write_text) if write_text is not None else {}
+    links = parse_matrix(links_text) if links_text is not None else {}
+    gpus = sorted({i for i, _ in read})
+    pairs, problems = [], []
+    for a in gpus:
+        for b in gpus:
+            if b <= a:
+                continue
+            pair = {"gpus": [a, b], "read": worse(read.get((a, b), "U"), read.get((b, a), "U")),
+                    "write": worse(write.get((a, b), "U"), write.get((b, a), "U")) if write else None,
+                    "link": links.get((a, b))}
+            pairs.append(pair)
+            for mode in ("read", "write"):
+                if pair[mode] not in (None, "OK"):
+                    problems.append("GPU%d-GPU%d %s: %s (%s)" % (a, b, mode, pair[mode],
+                                                             P2P_STATUS.get(pair[mode], "unknown code")))
+    return {"p2p_pairs": pairs, "p2p_all_ok": not problems, "p2p_problems": problems}
+
+
 def cuda_archs(gpus):
     return sorted({gpu["compute_capability"].replace(".", "") for gpu in gpus}, key=int)
 
 
-def gather(run_command, nvidia_smi, driver_version_file):
+def topology(run_command, nvidia_smi):
+    """The P2P and link facts; a matrix nvidia-smi will not print is a problem, not a failure."""
+    answers = {}
+    for name, args in (("read", ["topo", "-p2p", "r"]), ("write", ["topo", "-p2p", "w"]), ("links", ["topo", "-m"])):
+        rc, out, err = run_command([nvidia_smi] + args)
+        answers[name] = out if rc == 0 else None
+        if rc != 0:
+            answers[name + "_error"] = "nvidia-smi %s failed (%d): %s" % (" ".join(args), rc, (out + err).strip())
+    if answers["read"] is None:
+        return {"p2p_pairs": [], "p2p_all_ok": False, "p2p_problems": [answers["read_error"]]}
+    return p2p_summary(answers["read"], answers["write"], answers["links"])
+
+
+def gather(run_command, nvidia_smi, driver_version_file, with_topology=False):
     """Everything the module returns; run_command(args) -> (rc, out, err)."""
     rc, out, err = run_command(query_command(nvidia_smi))
     check_nvidia_smi_result(rc, out, err)
@@ -177,7 +267,7 @@ def gather(run_command, nvidia_smi, driver_version_file):
             flavour = kernel_module_flavour(handle.read())
     except OSError:
         flavour = "unknown"
-    return {
+    result = {
         "gpus": gpus,
         "gpu_count": len(gpus),
         "cuda_archs": cuda_archs(gpus),
@@ -185,6 +275,9 @@ def gather(run_command, nvidia_smi, driver_version_file):
         "cuda_driver_version": parse_cuda_driver_version(table),
         "kernel_module": flavour,
     }
+    if with_topology:
+        result.update(topology(run_command, nvidia_smi))
+    return result
 
 
 def main():
@@ -192,6 +285,7 @@ def main():
         argument_spec={
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "driver_version_file": {"type": "path", "default": "/proc/driver/nvidia/version"},
+            "topology": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -205,7 +299,7 @@ def main():
         return module.run_command([binary] + args[1:], environ_update={"LC_ALL": "C"})
 
     try:
-        result = gather(run_command, binary, module.params["driver_version_file"])
+        result = gather(run_command, binary, module.params["driver_version_file"], module.params["topology"])
     except GpuInfoError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)

@@ -143,3 +143,14 @@ def test_the_gpu_nodes_are_created_as_root_before_the_server(tmp_path, monkeypat
 def test_systemd_quoting(word, quoted):
     from systemd_unit import systemd_quote
     assert systemd_quote(word) == quoted
+
+
+@pytest.mark.parametrize("switch,decided,flag", [("off", None, False), ("on", None, True),
+                                                 ("auto", {"enabled": False}, False), ("auto", {"enabled": True}, True)])
+def test_the_fusion_flag_follows_the_switch_and_the_self_test(tmp_path, monkeypatch, switch, decided, flag):
+    extra = {"sglang_server_allreduce_fusion": switch}
+    if decided is not None:
+        extra["sglang_server_fusion"] = dict(decided, switch=switch, selftest="x", reason="x")
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], **extra)["gpu-node-01"]
+    assert ("--enable-flashinfer-allreduce-fusion" in exec_start(unit)) is flag
+    assert ("FlashInfer allreduce fusion on." in unit) is flag

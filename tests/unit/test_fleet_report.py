@@ -8,7 +8,9 @@ FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server E
          "sglang_patches_report": {"sglang_version": "0.5.9", "patches": [{"status": "applied"}] * 4
                                    + [{"status": "upstream"}]},
          "flash_attn_action": "installed from cache", "flash_attn_version_installed": "2.8.3+build.ddabe0ba14fe",
-         "sglang_server_status": "healthy, known answer right (41.2s)"}
+         "sglang_server_status": "healthy, known answer right (41.2s)",
+         "sglang_server_fusion": {"enabled": True, "switch": "auto", "selftest": "pass",
+                                  "reason": "self-test pass: max error 0.03125 within tolerance"}}
 
 
 def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
@@ -19,10 +21,10 @@ def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
     lines = report(run).splitlines()
     assert lines[1] == "Fleet report: site.yml, 2 host(s), failed"
     assert lines[2].split() == ["HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG",
-                                "FLASH-ATTN", "PATCHES", "SERVER"]
+                                "FLASH-ATTN", "PATCHES", "FUSION", "SERVER"]
     assert "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (cc 12.0)  120    580.95.05  13.0.88  0.5.9" in lines[3]
     assert "0.5.9   2.8.3 installed from cache  4 applied" in lines[3]
-    assert "4 applied, 1 upstream  healthy, known answer right (41.2s)" in lines[3]
+    assert "4 applied, 1 upstream  on (self-test pass)  healthy, known answer right (41.2s)" in lines[3]
     assert lines[4].split()[:4] == ["gpu-2", "4", "0", "1"]
     assert lines[5] == "  ! gpu-2: The host fits the fleet profile: gpu-2 does not fit the GPU profile: GPU count"
     assert lines[6] == "  1 host(s) ok, 1 failed; 0 change(s) in all"
@@ -36,4 +38,16 @@ def test_a_run_that_reached_no_host_says_so():
 def test_the_verify_stage_s_finding_replaces_the_health_gate_s():
     facts = dict(FACTS, sglang_verify_status="verified: EAGLE3, tp 8, allreduce fusion on, sglang 0.5.9")
     text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {"gpu-1": HostResult(ok=80, facts=facts)}))
-    assert text.splitlines()[3].endswith("4 applied, 1 upstream  verified: EAGLE3, tp 8, allreduce fusion on, sglang 0.5.9")
+    assert text.splitlines()[3].endswith("on (self-test pass)  verified: EAGLE3, tp 8, allreduce fusion on, sglang 0.5.9")
+
+
+def test_a_host_serving_without_fusion_says_why():
+    fusion = {"enabled": False, "switch": "auto", "selftest": "fail",
+              "reason": "self-test fail: fused result differs from NCCL all-reduce + add + RMSNorm: max error 0.75"}
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "gpu-1": HostResult(ok=80, facts=dict(FACTS, sglang_server_fusion=fusion)),
+        "gpu-2": HostResult(ok=80, facts=dict(FACTS, sglang_server_fusion=dict(fusion, switch="off", reason="off")))}))
+    lines = text.splitlines()
+    assert "off: self-test fail" in lines[3] and "off (switched off)" in lines[4]
+    assert lines[5] == ("  i gpu-1: serves without allreduce fusion: self-test fail: fused result differs from NCCL "
+                        "all-reduce + add + RMSNorm: max error 0.75")

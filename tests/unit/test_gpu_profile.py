@@ -52,3 +52,12 @@ def test_zero_disk_requirement_skips_the_disk_check():
 
 def test_filter_is_registered():
     assert FilterModule().filters()["gpu_profile_mismatches"] is gpu_profile_mismatches
+
+
+def test_missing_p2p_is_reported_unless_the_profile_requires_it():
+    found = dict(host(), p2p_problems=["GPU0-GPU1 read: CNS (Chipset not supported)"])
+    assert gpu_profile_mismatches(found, PROFILE) == []
+    assert gpu_profile_mismatches(found, dict(PROFILE, require_p2p=True)) == [
+        "peer-to-peer between every GPU pair (FlashInfer allreduce fusion needs it): "
+        "GPU0-GPU1 read: CNS (Chipset not supported)"]
+    assert gpu_profile_mismatches(dict(host(), p2p_problems=[]), dict(PROFILE, require_p2p=True)) == []

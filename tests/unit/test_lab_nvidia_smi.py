@@ -54,3 +54,27 @@ def test_driver_not_loaded_is_reported_as_the_real_one_does(lab_smi):
     assert rc == 9
     with pytest.raises(nvidia_gpu_info.GpuInfoError, match="driver is not loaded"):
         nvidia_gpu_info.check_nvidia_smi_result(rc, out, "")
+
+
+X2 = FIXTURES / "hosts/h200x2-driver580"
+H200_X2 = dict(H200, p2p="OK", link="NV18", gpus=[
+    dict(H200["gpus"][0], index=i, uuid="GPU-%d" % i) for i in range(2)])
+
+
+@pytest.mark.parametrize("mode", ["r", "w"])
+def test_topo_p2p_matches_the_real_2_gpu_capture(lab_smi, mode):
+    assert lab_smi("topo", "-p2p", mode, config=H200_X2) == (0, (X2 / ("nvidia-smi-topo-p2p-%s.txt" % mode)).read_text())
+
+
+def test_topo_m_has_the_real_layout(lab_smi):
+    rc, out = lab_smi("topo", "-m", config=H200_X2)
+    real = (X2 / "nvidia-smi-topo-m.txt").read_text()
+    assert rc == 0
+    # The CPU affinity is this machine's; everything else is the real capture's.
+    assert [l.split("\t")[:3] for l in out.splitlines()[:3]] == [l.split("\t")[:3] for l in real.splitlines()[:3]]
+    assert nvidia_gpu_info.parse_matrix(out) == nvidia_gpu_info.parse_matrix(real)
+
+
+def test_a_bad_p2p_mode_is_refused_as_the_real_one_does(lab_smi):
+    real = (X2 / "topo-p2p-errors.txt").read_text().split("rc=")[0]
+    assert lab_smi("topo", "-p2p", "x", config=H200_X2) == (2, real)

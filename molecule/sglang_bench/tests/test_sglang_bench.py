@@ -38,7 +38,7 @@ def test_verify_reads_the_server_s_own_configuration_and_changes_nothing():
 
 def test_verify_names_what_differs_from_the_inventory():
     run = run_playbook(ROOT / "site.yml", INVENTORY, tags="verify",
-                       extravars={"sglang_server_flashinfer_allreduce_fusion": False})
+                       extravars={"sglang_server_allreduce_fusion": "off"})
     assert run.rc != 0 and run.changed == 0
     for name in NODES:
         assert "enable_flashinfer_allreduce_fusion: asked for false, the server runs true" in \

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import fleet
 from fleet import run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -159,4 +160,73 @@ def test_a_broken_first_batch_stops_the_rollout_and_the_other_node_keeps_serving
         assert second.run("curl -sf http://127.0.0.1:30000/health").rc == 0
     finally:
         set_mode(first, "healthy")
+        assert run_server().rc == 0
+
+
+def set_fusion(host, result):
+    host.check_output("printf '{\"result\": \"%s\"}\\n' > /etc/lab-gpu/fusion.json" % result)
+
+
+def fusion_facts(run, node=NODES[0]):
+    return run.hosts[node].facts["sglang_server_fusion"]
+
+
+def test_the_converged_server_runs_fusion_after_a_passing_self_test_that_a_rerun_reads_from_cache(host):
+    node = nodes(host)[0]
+    assert "--enable-flashinfer-allreduce-fusion" in node.file(UNIT).content_string
+    decision = json.loads(node.file("/etc/sglang/allreduce-fusion.json").content_string)
+    assert decision["enabled"] is True and decision["selftest"] == "pass"
+    cached = node.check_output("ls /var/lib/sglang-fleet/fusion-selftest").split()
+    run = run_server()
+    assert run.rc == 0 and run.changed == 0
+    assert node.check_output("ls /var/lib/sglang-fleet/fusion-selftest").split() == cached  # not repeated
+    assert fusion_facts(run)["enabled"] is True
+
+
+@pytest.mark.parametrize("result,status", [("fail", "fail"), ("hang", "hang")])
+def test_auto_serves_without_fusion_when_the_self_test_fails_and_says_why(host, result, status):
+    node = nodes(host)[0]
+    set_fusion(node, result)
+    # A new cache key (another timeout) makes the self-test run again against the failing GPU part.
+    extra = {"sglang_server_fusion_selftest_timeout": 5 if result == "hang" else 61}
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars=extra)
+        assert run.rc == 0, run.hosts[NODES[0]].failures
+        fusion = fusion_facts(run)
+        assert fusion["enabled"] is False and fusion["selftest"] == status
+        assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
+        assert node.service("sglang").is_running
+        report = fleet.report(run)
+        assert "off: self-test %s" % status in report
+        assert "i %s: serves without allreduce fusion: self-test %s" % (NODES[0], status) in report
+    finally:
+        set_fusion(node, "pass")
+
+
+def test_on_fails_the_host_before_the_unit_changes_when_the_self_test_fails(host):
+    node = nodes(host)[0]
+    before = node.file(UNIT).content_string
+    set_fusion(node, "fail")
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0],
+                           extravars={"sglang_server_allreduce_fusion": "on", "sglang_server_fusion_selftest_timeout": 62})
+        result = run.hosts[NODES[0]]
+        assert run.rc != 0 and result.failed == 1
+        assert "sglang_server_allreduce_fusion is on, but the fusion self-test says fail" in result.failures[0]["msg"]
+        assert node.file(UNIT).content_string == before
+    finally:
+        set_fusion(node, "pass")
+
+
+def test_off_runs_no_self_test_and_no_flag(host):
+    node = nodes(host)[0]
+    set_fusion(node, "hang")  # would stall a self-test: off must not start one
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars={"sglang_server_allreduce_fusion": "off"})
+        assert run.rc == 0
+        assert fusion_facts(run) == {"enabled": False, "switch": "off", "selftest": "not run",
+                                     "reason": "switched off (sglang_server_allreduce_fusion: off)"}
+        assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
+    finally:
+        set_fusion(node, "pass")
         assert run_server().rc == 0

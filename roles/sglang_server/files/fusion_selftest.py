@@ -9,8 +9,8 @@ same add and RMSNorm in torch. Both are timed. A watchdog turns a hang into a fa
 
 The result is one JSON object (stdout, and --cache-dir/<key>.json). The key covers what can change
 the outcome: flashinfer's version and the bytes of its comm sources (the patch state), the driver,
-the GPU set, the peer-to-peer topology and the test's own settings; a cached result is returned
-without touching a GPU. Exit status 0 whatever the verdict (pass, fail, hang, single-gpu, error):
+the GPU set, the peer-to-peer topology and the test's own settings (timeout and tolerance too); a
+cached result is returned without touching a GPU. Exit status 0 whatever the verdict (pass, fail, hang, single-gpu, error):
 the caller decides; 2 only for bad usage.
 
 --worker MODULE replaces the GPU part (a module with run(rank, world_size, settings) -> dict per
@@ -264,7 +264,8 @@ def main(argv=None):
         gpus = host_gpus()
         _, p2p = nvidia_smi("topo", "-p2p", "r")
         flashinfer = flashinfer_state()
-        key = cache_key(dict(settings, tolerance=tolerance), gpus, p2p, flashinfer)
+        # The timeout is part of the key: a hang at one timeout is not a verdict for another.
+        key = cache_key(dict(settings, tolerance=tolerance, timeout=args.timeout), gpus, p2p, flashinfer)
         result.update(key=key, world_size=len(gpus), gpus=[g[1] for g in gpus],
                       driver=gpus[0][2] if gpus else None, flashinfer=flashinfer)
         cached = os.path.join(args.cache_dir, key + ".json") if args.cache_dir else None

@@ -1,0 +1,94 @@
+"""The fusion self-test around its GPU part: processes, watchdog, verdict, cache; and its verdict
+on what the real 2xH200 host measured."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+SCRIPT = ROOT / "roles/sglang_server/files/fusion_selftest.py"
+X2 = FIXTURES / "hosts/h200x2-driver580"
+sys.path.insert(0, str(SCRIPT.parent))
+import fusion_selftest  # noqa: E402
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A fake nvidia-smi with N GPUs on PATH and the lab fixture as the GPU part."""
+    def make(gpus=2, result="pass"):
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        rows = "\n".join("%d, GPU-%d, 580.159.04" % (i, i) for i in range(gpus))
+        p2p = (X2 / "nvidia-smi-topo-p2p-r.txt").read_text()
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text("#!/bin/sh\ncase \"$*\" in *query-gpu*) printf '%%s\\n' '%s';; *) cat <<'EOF'\n%sEOF\n;; esac\n"
+                       % (rows.replace("\n", "' '"), p2p))
+        smi.chmod(0o755)
+        config = tmp_path / "fusion.json"
+        config.write_text(json.dumps({"result": result}))
+        return dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), LAB_FUSION_CONFIG=str(config),
+                    PYTHONPATH=str(ROOT / "files/lab"))
+    return make
+
+
+def selftest(env, *args):
+    out = subprocess.run([sys.executable, str(SCRIPT), "--worker", "sglang_lab_fusion", *args],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_pass_is_cached_and_not_repeated(host, tmp_path):
+    env = host(gpus=2)
+    first = selftest(env, "--cache-dir", str(tmp_path / "cache"))
+    assert (first["status"], first["cached"], first["world_size"]) == ("pass", False, 2)
+    assert [s["tokens"] for s in first["shapes"]] == [1, 8, 64, 512, 2048]
+    again = selftest(env, "--cache-dir", str(tmp_path / "cache"))
+    assert again["cached"] is True and again["key"] == first["key"]
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+
+
+def test_a_wrong_result_fails_with_the_error_and_the_tolerance(host):
+    result = selftest(host(result="fail"))
+    assert result["status"] == "fail"
+    assert result["reason"] == ("fused result differs from NCCL all-reduce + add + RMSNorm: max error 0.75 at 1 "
+                                "tokens (tolerance 0.0625 + 0.0078125 x |ref|)")
+
+
+def test_a_hang_is_stopped_by_the_watchdog(host):
+    result = selftest(host(result="hang"), "--timeout", "3")
+    assert result["status"] == "hang" and "within 3 s" in result["reason"]
+    assert result["elapsed_s"] < 30
+
+
+def test_one_gpu_explains_that_there_is_nothing_to_fuse(host):
+    result = selftest(host(gpus=1))
+    assert result["status"] == "single-gpu"
+    assert "nothing to fuse" in result["reason"]
+
+
+def test_a_changed_gpu_set_is_a_new_key(host, tmp_path):
+    a = selftest(host(gpus=2), "--cache-dir", str(tmp_path / "c"))
+    b = selftest(host(gpus=3), "--cache-dir", str(tmp_path / "c"))
+    assert a["key"] != b["key"] and b["cached"] is False
+
+
+def test_the_real_2xh200_measurement_passes_and_a_doubled_error_would_not():
+    real = json.loads((X2 / "selftest-2gpu-patched.json").read_text())
+    tolerance = real["tolerance"]
+    status, reason, _ = fusion_selftest.verdict([{"shapes": real["shapes"]}], tolerance)
+    assert (status, reason) == ("pass", "max error 0.03125 within tolerance")
+    worse = [dict(s, max_abs_err=s["max_abs_err"] * 4) for s in real["shapes"]]
+    assert fusion_selftest.verdict([{"shapes": worse}], tolerance)[0] == "fail"
+    # What the note reports: fused faster than NCCL + torch at every measured shape.
+    assert all(s["fused_us"] < s["unfused_us"] for s in real["shapes"])
+    one = json.loads((X2 / "selftest-1gpu.json").read_text())
+    assert one["status"] == "single-gpu"
+
+
+def test_bad_settings_are_refused():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--tokens", "4096"], capture_output=True, text=True)
+    assert out.returncode == 2 and "token counts must lie in 1..--max-tokens" in out.stderr
