@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Run a playbook over the fleet through ansible-runner and report where each host stands.
 
-    tools/fleet.py -i inventory/lab site.yml [--tags preflight] [--check] [--json out.json]
+    tools/fleet.py -i INVENTORY [--json out.json] PLAYBOOK [any ansible-playbook option...]
+
+Everything after the playbook reaches ansible-playbook unchanged: --tags, --check, -e KEY=VALUE,
+-e '{"json": ...}', -e @vars.yml, --skip-tags, -v, --forks, --start-at-task, ...
 
 The report lists, per host, the play recap (ok/changed/failed/unreachable), the facts the
 roles set for the roles after them (GPU count, arch list, driver...) and the first failure.
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -57,8 +61,10 @@ class PlaybookRun:
 
 def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | list, *, tags: str | None = None,
                  limit: str | None = None, check: bool = False, diff: bool = False,
-                 extravars: dict | None = None, quiet: bool = True) -> PlaybookRun:
-    """Run one playbook with ansible-runner and collect per-host stats, facts and failures."""
+                 extravars: dict | None = None, quiet: bool = True, extra_args: list | tuple = ()) -> PlaybookRun:
+    """Run one playbook with ansible-runner and collect per-host stats, facts and failures.
+
+    extra_args: ansible-playbook options, passed on unchanged (a raw command line to ansible-runner)."""
     inventories = [str(Path(i).resolve()) for i in (inventory if isinstance(inventory, list) else [inventory])]
     cmdline = []
     for inv in inventories[1:]:
@@ -71,11 +77,12 @@ def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | lis
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
+    cmdline += list(extra_args)
     private = tempfile.mkdtemp(prefix="fleet-run-")
     try:
         runner = ansible_runner.run(
             private_data_dir=private, project_dir=str(ROOT), playbook=str(Path(playbook).resolve()),
-            inventory=inventories[0], cmdline=" ".join(cmdline) or None, extravars=extravars or {},
+            inventory=inventories[0], cmdline=shlex.join(cmdline) or None, extravars=extravars or {},
             envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
                      # the ansible-playbook of the Python running this (the project's .venv)
                      "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])},
@@ -181,18 +188,13 @@ def report(run: PlaybookRun) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("playbook")
     parser.add_argument("-i", "--inventory", action="append", required=True)
-    parser.add_argument("-t", "--tags")
-    parser.add_argument("-l", "--limit")
-    parser.add_argument("-C", "--check", action="store_true")
-    parser.add_argument("-D", "--diff", action="store_true")
-    parser.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    parser.add_argument("playbook")
+    parser.add_argument("ansible_args", nargs=argparse.REMAINDER, metavar="...",
+                        help="ansible-playbook options, passed on unchanged")
     args = parser.parse_args(argv)
-    extravars = dict(kv.split("=", 1) for kv in args.extra_var)
-    run = run_playbook(args.playbook, args.inventory, tags=args.tags, limit=args.limit, check=args.check,
-                       diff=args.diff, extravars=extravars, quiet=False)
+    run = run_playbook(args.playbook, args.inventory, extra_args=args.ansible_args, quiet=False)
     print(report(run))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -62,3 +62,29 @@ def test_a_wrong_variable_fails_before_any_change(extravars, expected):
     assert result.failed == 1 and result.changed == 0
     assert "argument spec" in result.failures[0]["msg"].lower() or "validation" in result.failures[0]["msg"].lower()
     assert expected in json.dumps(result.failures[0])
+
+
+def test_gpu_pairs_without_p2p_are_reported_and_refused_only_when_required(host):
+    """The lab's nvidia-smi prints the driver's P2P matrix with CNS on every pair, as a PCIe host
+    whose chipset blocks peer-to-peer does."""
+    gpus = "/etc/lab-gpu/gpus.json"
+    saved = host.file(gpus).content_string
+    config = dict(json.loads(saved), p2p="CNS", link="SYS")
+    host.check_output("printf '%%s' '%s' > %s" % (json.dumps(config), gpus))
+    try:
+        run = run_playbook(ROOT / "playbooks/preflight.yml", INVENTORY, limit="preflight-fit")
+        assert run.rc == 0, run.hosts
+        p2p = run.hosts["preflight-fit"].facts["gpu_preflight_p2p"]
+        assert p2p["all_ok"] is False and len(p2p["pairs"]) == 28  # 8 GPUs
+        assert p2p["problems"][0] == "GPU0-GPU1 read: CNS (Chipset not supported)"
+        assert {pair["link"] for pair in p2p["pairs"]} == {"SYS"}
+        run = run_playbook(ROOT / "playbooks/preflight.yml", INVENTORY, limit="preflight-fit",
+                           extravars={"gpu_preflight_require_p2p": True})
+        result = run.hosts["preflight-fit"]
+        assert run.rc != 0 and result.changed == 0
+        assert "peer-to-peer between every GPU pair (FlashInfer allreduce fusion needs it): GPU0-GPU1 read: CNS" \
+            in result.failures[0]["msg"]
+    finally:
+        host.check_output("printf '%%s' '%s' > %s" % (saved.replace("'", ""), gpus))
+    run = run_playbook(ROOT / "playbooks/preflight.yml", INVENTORY, limit="preflight-fit")
+    assert run.hosts["preflight-fit"].facts["gpu_preflight_p2p"]["all_ok"] is True
