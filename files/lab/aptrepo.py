@@ -109,7 +109,8 @@ def write_index(suite: Path, label: str) -> None:
                               text=True).stdout
     (suite / "Packages").write_text(packages)
     (suite / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
-    lines = ["Origin: sglang-fleet lab", f"Label: {label}", "Architectures: amd64 all", "Suite: /"]
+    lines = ["Origin: sglang-fleet lab", f"Label: {label}", "Date: Wed, 01 Jan 2025 00:00:00 UTC",
+             "Architectures: amd64 all", "Suite: /"]
     for algo, name in (("md5", "MD5Sum"), ("sha256", "SHA256")):
         lines.append(f"{name}:")
         for f in ("Packages", "Packages.gz"):

@@ -27,9 +27,16 @@ def test_the_repository_is_deb822_with_signed_by(host):
 def test_cuda_keyrings_source_was_taken_over_and_apt_reads_every_source(host):
     assert not host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list").exists
     kept = host.file("/var/backups/cuda-debian12-x86_64.list")
-    assert "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg" in kept.content_string
+    assert "signed-by=/usr/share/keyrings/cuda-archive-keyring.asc" in kept.content_string
     out = host.run("apt-get update")
     assert out.rc == 0 and "Conflicting values" not in out.stderr, out.stderr
+    # What the take-over avoided: both sources of the URI, each with its own key, and apt reads none.
+    host.check_output("cp /var/backups/cuda-debian12-x86_64.list /etc/apt/sources.list.d/")
+    try:
+        both = host.run("apt-get update")
+        assert both.rc != 0 and "Conflicting values set for option Signed-By" in both.stderr, both.stderr
+    finally:
+        host.check_output("rm /etc/apt/sources.list.d/cuda-debian12-x86_64.list")
     # deb822_repository's library came from the distro mirror: the image, like a cloud image, lacks it.
     assert host.package("python3-debian").is_installed
 
