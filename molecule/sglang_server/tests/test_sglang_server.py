@@ -80,10 +80,12 @@ def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
         set_mode(node, "crash")
         try:
             node.run("systemctl restart sglang")
-            for _ in range(60):
-                if node.check_output("systemctl show -p Result --value sglang") == "start-limit-hit":
+            for _ in range(90):  # three automatic restarts, then systemd gives up: failed
+                if node.check_output("systemctl show -p ActiveState --value sglang") == "failed":
                     break
                 time.sleep(1)
+            refused = node.run("systemctl start sglang")  # what a rerun's start would meet
+            assert refused.rc != 0
             assert node.check_output("systemctl show -p Result --value sglang") == "start-limit-hit"
         finally:
             set_mode(node, "healthy")
