@@ -81,11 +81,12 @@ def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
         try:
             node.run("systemctl restart sglang")
             for _ in range(90):  # StartLimitBurst=3: three automatic restarts, then systemd gives up
-                state = node.check_output("systemctl show -p ActiveState -p NRestarts --value sglang").split()
-                if state[0] == "failed" and int(state[1]) >= 3:
+                state = (node.check_output("systemctl show -p ActiveState --value sglang"),
+                         int(node.check_output("systemctl show -p NRestarts --value sglang")))
+                if state[0] == "failed" and state[1] >= 3:
                     break
                 time.sleep(1)
-            assert state[0] == "failed" and int(state[1]) >= 3, state
+            assert state[0] == "failed" and state[1] >= 3, state
         finally:
             set_mode(node, "healthy")
         run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars=fast)  # nothing changed: start it
