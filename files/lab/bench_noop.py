@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fleet-scale speed: time no-op reruns of site.yml over 1 lab node and over N.
 
-    bin/bench-noop [--nodes 4] [--runs 5] [--keep]
+    bin/bench-noop [--nodes 8] [--runs 5] [--keep]
 
 Converges each fleet once, then times --runs reruns of `ansible-playbook site.yml` (wall clock,
 as a user sees it) and prints the medians and the N/1 ratio. A benchmark, not a test.
@@ -32,7 +32,7 @@ def playbook(inventory: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="leave the bench containers running")
     args = parser.parse_args()

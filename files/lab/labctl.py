@@ -5,12 +5,23 @@
     labctl.py wheelhouse            fetch what the lab nodes pip install (sglang, flashinfer,
                                     a CPU torch, the flash-attn sdist)
     labctl.py aptrepo               build the signed CUDA apt mirror the lab nodes install from
-    labctl.py up   [-i INVENTORY]   start one container per inventory host, then provision the
-                                    simulated hardware (files/lab/provision.yml)
-    labctl.py down [-i INVENTORY]   remove those containers (--all: every lab container)
+    labctl.py up   [-i INVENTORY]   start one container per inventory host in the fleet's pod,
+                                    let the lab's SSH key in, then provision the simulated
+                                    hardware (files/lab/provision.yml)
+    labctl.py up --pod P --hosts A,B --no-provision
+                                    the same for named nodes (molecule's create step)
+    labctl.py down [-i INVENTORY]   remove those containers and their pod (--all: every lab
+                                    container; --pod P --hosts A,B: named ones)
     labctl.py inventory --nodes N [--prefix P]
                                     write a lab inventory of N nodes (P-1..P-N, default lab-gpu)
                                     and print its path
+
+The network: the nodes of one fleet share one network namespace, a podman pod created with no
+network at all, so they reach each other over its loopback only (each node owns 127.0.1.N by
+convention, inventory/lab/group_vars/all.yml), and nothing they send can leave 127.0.0.0/8.
+The connection: the controller reaches a node with plain OpenSSH as `ubuntu`, through a
+ProxyCommand that runs `sshd -i` inside the container (`podman exec -i`): a real SSH session
+over a pipe, checked against the known_hosts file written here from each node's own host key.
 
 Lab only: nothing in roles/ or playbooks/ uses this file.
 """
@@ -40,6 +51,9 @@ LABEL = "io.sglang-fleet.lab=node"
 DEFAULT_INVENTORY = ROOT / "inventory/lab/hosts.yml"
 # Mounted read-only into every lab node at /srv/lab-wheelhouse (lab nodes have no network).
 WHEELHOUSE = ROOT / ".cache/lab-wheelhouse"
+# The lab's SSH client key and known_hosts (inventory/lab/group_vars/all.yml points ssh at them).
+SSH_DIR = ROOT / ".cache/lab-ssh"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
 
 
 def log(msg: str) -> None:
@@ -215,39 +229,97 @@ def write_inventory(nodes: int, prefix: str = "lab-gpu") -> Path:
         if (ROOT / "inventory/lab" / vars_dir).is_dir() and not link.exists():
             link.symlink_to(ROOT / "inventory/lab" / vars_dir)
     hosts = folder / "hosts.yml"
-    hosts.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {f"{prefix}-{i}": None for i in range(1, nodes + 1)}}}))
+    hosts.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {f"{prefix}-{i}": None for i in range(1, nodes + 1)}},
+                                     "lab_nodes": {"children": {"gpu_nodes": None}}}))
     return hosts
 
 
-def running_current(name: str) -> bool:
-    """The container runs, from the current image (a rebuilt image means a fresh node)."""
-    out = podman("inspect", "--format", "{{.State.Running}} {{.Image}}", name, check=False)
+def pod_name(inventory: Path) -> str:
+    """One pod per lab inventory: inventory/lab -> sglang-fleet-lab, .lab/bench-gpu-fleet-4 -> ..."""
+    return "sglang-fleet-" + inventory.resolve().parent.name
+
+
+def ssh_key() -> Path:
+    """The lab's client key, made once per checkout (never a key of the user's own)."""
+    key = SSH_DIR / "id_ed25519"
+    if not key.exists():
+        SSH_DIR.mkdir(parents=True, exist_ok=True)
+        SSH_DIR.chmod(0o700)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-fleet-lab", "-f", str(key)],
+                       check=True)
+    return key
+
+
+def running_current(name: str, pod: str) -> bool:
+    """The container runs in its pod, from the current image (a rebuilt image means a fresh node)."""
+    out = podman("inspect", "--format", "{{.State.Running}} {{.Image}} {{.Pod}}", name, check=False)
     if out.returncode != 0:
         return False
-    state, image = out.stdout.split()
+    state, image, *in_pod = out.stdout.split()
     current = podman("image", "inspect", "--format", "{{.Id}}", IMAGE_CURRENT).stdout.strip()
-    return state == "true" and image == current
+    pod_id = podman("pod", "inspect", "--format", "{{.Id}}", pod, check=False).stdout.strip()
+    return state == "true" and image == current and in_pod == [pod_id]
 
 
-def up(inventory: Path) -> None:
-    build_image()
-    fill_wheelhouse()
-    aptrepo.build()
-    for name in inventory_hosts(inventory):
-        if running_current(name):
+def ensure_pod(pod: str) -> None:
+    if podman("pod", "exists", pod, check=False).returncode != 0:
+        log(f"creating pod {pod} (one loopback for its nodes, no other network)")
+        podman("pod", "create", "--name", pod, "--label", LABEL, "--network", "none", "--share", "net")
+
+
+def authorize(name: str) -> None:
+    """Let the lab's key in as ubuntu and record the node's own host key in the lab's known_hosts."""
+    public = ssh_key().with_suffix(".pub").read_text()
+    subprocess.run(["podman", "exec", "-i", name, "sh", "-c",
+                    "install -d -m 0700 -o ubuntu -g ubuntu /home/ubuntu/.ssh && "
+                    "cat > /home/ubuntu/.ssh/authorized_keys && "
+                    "chown ubuntu:ubuntu /home/ubuntu/.ssh/authorized_keys && "
+                    "chmod 0600 /home/ubuntu/.ssh/authorized_keys"], input=public, text=True, check=True)
+    kind, key = podman("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2]
+    lines = [line for line in (KNOWN_HOSTS.read_text().splitlines() if KNOWN_HOSTS.exists() else [])
+             if line.split(" ", 1)[0] != name]
+    partial = KNOWN_HOSTS.with_suffix(".part")
+    partial.write_text("\n".join(lines + [f"{name} {kind} {key}"]) + "\n")
+    partial.rename(KNOWN_HOSTS)
+
+
+def close_ssh(name: str) -> None:
+    """Ends a ControlPersist master left to a node that is going away (its next namesake has new keys)."""
+    subprocess.run(["ssh", "-o", "ControlPath=~/.ansible/cp/%C", "-O", "exit", "-l", "ubuntu", name],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
+def start_nodes(names: list[str], pod: str) -> None:
+    ensure_pod(pod)
+    ssh_key()
+    for name in names:
+        if running_current(name, pod):
             log(f"{name} is running")
             continue
+        close_ssh(name)
         podman("rm", "-f", name, check=False)
         log(f"starting {name}")
-        # --network=none: lab nodes talk to nothing but themselves (loopback); the controller
-        # reaches them through `podman exec`, never through an IP address.
-        podman("run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
+        podman("run", "-d", "--name", name, "--hostname", name, "--label", LABEL, "--pod", pod,
                # SYS_ADMIN: systemd's sandboxing (ProtectSystem=, PrivateTmp=...) needs namespaces.
-               "--systemd=always", "--network=none", "--cap-add", "SYS_ADMIN",
+               "--systemd=always", "--cap-add", "SYS_ADMIN",
                "--volume", f"{WHEELHOUSE}:/srv/lab-wheelhouse:ro",
                "--volume", f"{aptrepo.REPO}:/srv/lab-apt:ro",
                IMAGE_CURRENT, "/sbin/init")
-    wait_booted(inventory_hosts(inventory))
+    wait_booted(names)
+    for name in names:
+        authorize(name)
+
+
+def up(inventory: Path, provision: bool = True) -> None:
+    build_image()
+    fill_wheelhouse()
+    aptrepo.build()
+    start_nodes(inventory_hosts(inventory), pod_name(inventory))
+    if provision:
+        provision_nodes(inventory)
+
+
+def provision_nodes(inventory: Path) -> None:
     log("provisioning the simulated hardware")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory),
@@ -267,15 +339,27 @@ def wait_booted(names: list[str], timeout: float = 120) -> None:
             time.sleep(0.5)
 
 
-def down(inventory: Path | None) -> None:
-    if inventory is None:
-        names = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout.split()
-    else:
-        names = inventory_hosts(inventory)
+def remove_nodes(names: list[str], pod: str | None) -> None:
     for name in names:
         if podman("container", "exists", name, check=False).returncode == 0:
             log(f"removing {name}")
+            close_ssh(name)
             podman("rm", "-f", "-t", "0", name)
+    pods = [pod] if pod else podman("pod", "ps", "--filter", f"label={LABEL}", "--format", "{{.Name}}").stdout.split()
+    for name in pods:
+        left = podman("ps", "-a", "--filter", f"pod={name}", "--format", "{{.Names}} {{.IsInfra}}", check=False)
+        if podman("pod", "exists", name, check=False).returncode == 0 and \
+                all(line.endswith("true") for line in left.stdout.splitlines()):
+            log(f"removing pod {name}")
+            podman("pod", "rm", "-f", name)
+
+
+def down(inventory: Path | None) -> None:
+    if inventory is None:
+        listed = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}} {{.IsInfra}}").stdout
+        remove_nodes([line.split()[0] for line in listed.splitlines() if line.endswith("false")], None)
+    else:
+        remove_nodes(inventory_hosts(inventory), pod_name(inventory))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -287,6 +371,10 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("up", "down"):
         p = sub.add_parser(name)
         p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY)
+        p.add_argument("--pod", help="with --hosts: the pod of the named nodes")
+        p.add_argument("--hosts", help="comma-separated node names, instead of an inventory")
+    sub.choices["up"].add_argument("--no-provision", action="store_true",
+                                   help="start and authorize only (molecule provisions in its prepare step)")
     sub.choices["down"].add_argument("--all", action="store_true", help="every lab container")
     inv = sub.add_parser("inventory", help="write a lab inventory of N nodes")
     inv.add_argument("--nodes", type=int, required=True)
@@ -303,8 +391,17 @@ def main(argv: list[str] | None = None) -> None:
             print(wheel.relative_to(ROOT))
     elif args.command == "inventory":
         print(write_inventory(args.nodes, args.prefix).relative_to(ROOT))
+    elif args.hosts or args.pod:
+        if not (args.hosts and args.pod):
+            parser.error("--pod and --hosts go together")
+        names = args.hosts.split(",")
+        if args.command == "up":
+            build_image()
+            start_nodes(names, args.pod)
+        else:
+            remove_nodes(names, args.pod)
     elif args.command == "up":
-        up(args.inventory)
+        up(args.inventory, provision=not args.no_provision)
     else:
         down(None if args.all else args.inventory)
 

@@ -1,9 +1,12 @@
-"""The bin/lab path: labctl brings up a lab fleet, tools/fleet.py runs a stage over it to the fleet
-report, a second run changes nothing, and labctl takes the fleet down. Needs podman and the lab image.
+"""The bin/lab path: labctl brings up a lab fleet, plays reach it over SSH as ubuntu with become, its
+nodes reach each other over their own loopback addresses and nothing else, tools/fleet.py runs a
+stage over it to the fleet report, a second run changes nothing, and labctl takes the fleet down.
+Needs podman and the lab image.
 The whole site.yml over a 2-node lab fleet is the molecule scenario `default`; this test keeps to
 the preflight stage so CI does not converge the same fleet twice."""
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -23,6 +26,51 @@ def fleet(tmp_path_factory):
     yield inventory
     labctl.down(inventory)
     mp.undo()
+
+
+def in_node(name, *argv):
+    return subprocess.run(["podman", "exec", name, *argv], capture_output=True, text=True)
+
+
+def test_plays_reach_the_nodes_over_ssh_as_ubuntu_and_become_root(fleet):
+    run = run_playbook(ROOT / "tests/lab/whoami.yml", fleet)
+    assert run.rc == 0, run.hosts
+    seen = {name: result.facts["sglang_lab_whoami"] for name, result in run.hosts.items()}
+    assert seen == {"labtest-gpu-%d" % i: {"connection": "ssh", "login": "ubuntu", "become": "root",
+                                           "address": "127.0.1.%d" % i} for i in (1, 2)}
+    # The session came through the node's own sshd, as ubuntu, checked against the lab's known_hosts.
+    journal = in_node("labtest-gpu-1", "journalctl", "--no-pager", "-o", "cat", "_COMM=sshd").stdout
+    assert "Accepted publickey for ubuntu" in journal
+    known = (ROOT / ".cache/lab-ssh/known_hosts").read_text()
+    own_key = in_node("labtest-gpu-1", "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+    assert "labtest-gpu-1 ssh-ed25519 %s" % own_key in known.splitlines()
+    other_key = in_node("labtest-gpu-2", "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+    assert own_key != other_key  # each node made its own
+
+
+def test_nodes_reach_each_other_over_their_loopback_addresses_and_nothing_else(fleet):
+    server = subprocess.Popen(["podman", "exec", "labtest-gpu-1", "timeout", "60", "python3", "-m", "http.server",
+                               "--bind", "127.0.1.1", "18080", "--directory", "/etc/lab-gpu"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            got = in_node("labtest-gpu-2", "curl", "-sf", "--max-time", "2", "http://127.0.1.1:18080/gpus.json")
+            if got.returncode == 0:
+                break
+            time.sleep(0.2)
+        assert got.returncode == 0 and '"gpus"' in got.stdout  # node 2 read node 1's file
+    finally:
+        server.kill()
+        in_node("labtest-gpu-1", "pkill", "-f", "http.server --bind 127.0.1.1")
+    for name in ("labtest-gpu-1", "labtest-gpu-2"):
+        # One interface, the loopback, holding 127.0.0.0/8 and ::1 only: no address to send from
+        # outside 127.0.0.0/8, and no route to anywhere else (the kernel answers without sending).
+        links = in_node(name, "ip", "-o", "link", "show").stdout.splitlines()
+        assert [line.split(":")[1].strip() for line in links] == ["lo"]
+        addresses = sorted(line.split()[3] for line in in_node(name, "ip", "-o", "addr", "show").stdout.splitlines())
+        assert addresses == ["127.0.0.1/8", "::1/128"]
+        route = in_node(name, "ip", "route", "get", "192.0.2.1")  # TEST-NET-1: asks the table, sends nothing
+        assert route.returncode != 0 and "unreachable" in route.stderr
 
 
 def test_two_nodes_pass_the_preflight_then_rerun_changes_nothing(fleet):

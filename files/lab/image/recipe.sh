@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Recipe of the lab node image: Debian 12 with systemd as PID 1 and what Ansible needs.
+# Recipe of the lab node image: Debian 12 with systemd as PID 1 and what Ansible needs, reached as
+# a real fleet is: SSH as `ubuntu` with password-less sudo (labctl installs the lab's key per node).
 # As a cloud image ships: no python3-debian (the cuda role installs it from the lab's distro
 # mirror). build-essential and python3-dev are in the image because their closure is too large
 # for the lab mirror; the sglang role still installs them, and finds them present.
@@ -9,13 +10,32 @@ set -euo pipefail
 rootfs=$1
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 debootstrap --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,build-essential,python3-dev,procps,iproute2,ca-certificates,curl,sudo \
+  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,build-essential,python3-dev,procps,iproute2,ca-certificates,curl,sudo,openssh-server \
   bookworm "$rootfs" "$mirror"
+# The cloud image's user: password-less sudo as cloud-init writes it, no password at all.
+chroot "$rootfs" useradd --create-home --shell /bin/bash ubuntu
+echo 'ubuntu ALL=(ALL) NOPASSWD:ALL' > "$rootfs/etc/sudoers.d/90-cloud-init-users"
+chmod 0440 "$rootfs/etc/sudoers.d/90-cloud-init-users"
+# sshd runs only in inetd mode (`podman exec -i NODE /usr/sbin/sshd -i`, labctl's ProxyCommand):
+# nodes share one loopback, so none listens on port 22. Each node makes its own host keys at boot.
+rm -f "$rootfs"/etc/ssh/ssh_host_*
+cat > "$rootfs/etc/systemd/system/lab-ssh-host-keys.service" <<'UNIT'
+[Unit]
+Description=Lab: this node's own SSH host keys
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+[Install]
+WantedBy=multi-user.target
+UNIT
+ln -sf /etc/systemd/system/lab-ssh-host-keys.service "$rootfs/etc/systemd/system/multi-user.target.wants/"
+echo 'd /run/sshd 0755 root root -' > "$rootfs/etc/tmpfiles.d/lab-sshd.conf"
 # An empty machine-id makes systemd generate one per container.
 : > "$rootfs/etc/machine-id"
 # Units that have no job inside a container and slow or break its boot.
 for unit in systemd-remount-fs.service systemd-udevd.service systemd-udev-trigger.service \
-            getty.target console-getty.service systemd-logind.service apt-daily.timer \
+            getty.target console-getty.service ssh.service ssh.socket systemd-logind.service apt-daily.timer \
             apt-daily-upgrade.timer e2scrub_reap.service; do
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done

@@ -1,0 +1,127 @@
+"""flash_attn in the lab: one build per build key for the fleet, the controller's cache, reruns that do nothing."""
+import json
+import os
+from pathlib import Path
+
+from fleet import run_playbook
+
+ROOT = Path(__file__).resolve().parents[3]
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+CACHE = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "flash-attn-wheels"
+PLAYBOOK = ROOT / "playbooks/flash_attn.yml"
+NODES = ["fleet-gpu-1", "fleet-gpu-2"]
+VENV_PYTHON = "/opt/sglang/venv/bin/python"
+LAB_BUILD_ENV = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
+# Another build key: one more variable for setup.py is enough to make a different wheel.
+OTHER_KEY = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS": "-lineinfo"}}
+testinfra_hosts = ["podman://" + NODES[0]]
+
+
+def nodes(host):
+    return [host.get_host("podman://" + n) for n in NODES]
+
+
+def installed(node):
+    return node.check_output(VENV_PYTHON + " -c \"from importlib.metadata import version; print(version('flash-attn'))\"")
+
+
+def actions(run):
+    return sorted(result.facts.get("flash_attn_action") for result in run.hosts.values())
+
+
+def builders(run):
+    """Hosts on which this run started a compile, read from each host's changed tasks."""
+    return [name for name, result in run.hosts.items()
+            if any(task.startswith("The compile starts in the background") for task in result.changed_tasks)]
+
+
+def cache_entries():
+    return {path.parent.name: json.loads(path.read_text()) for path in CACHE.glob("*/key.json")}
+
+
+def test_both_nodes_run_the_one_wheel_built_for_their_build_key(host):
+    entries = cache_entries()
+    assert len(entries) == 1
+    (key_id, entry), = entries.items()
+    assert entry["key"]["source"] == "flash-attn==2.8.3"
+    assert entry["key"]["torch"] == "2.13.0+cpu" and entry["key"]["cuda_archs"] == "120"
+    assert (CACHE / key_id / entry["wheel"]).is_file()
+    assert {installed(node) for node in nodes(host)} == {"2.8.3+build." + key_id}
+    # The build happened on one node only: its log is there and nowhere else.
+    logs = [node.file("/var/cache/sglang-fleet/flash_attn/build-%s.log" % key_id).exists for node in nodes(host)]
+    assert logs == [name == entry["built_on"] for name in NODES]
+
+
+def test_a_rerun_and_a_check_run_change_nothing():
+    for check in (False, True):
+        run = run_playbook(PLAYBOOK, INVENTORY, check=check)
+        assert run.rc == 0 and run.changed == 0, run.hosts
+        assert actions(run) == ["current", "current"]
+        assert builders(run) == []
+
+
+def test_a_changed_build_key_builds_once_for_the_fleet_and_installs_everywhere(host):
+    before = cache_entries()
+    versions_before = [installed(node) for node in nodes(host)]
+
+    planned = run_playbook(PLAYBOOK, INVENTORY, check=True, extravars=OTHER_KEY)
+    assert planned.rc == 0 and actions(planned) == ["would build", "would install"]
+    assert cache_entries() == before and [installed(node) for node in nodes(host)] == versions_before
+
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars=OTHER_KEY)
+    assert run.rc == 0, run.hosts
+    assert len(builders(run)) == 1
+    assert actions(run) == ["built", "installed from cache"]
+    new = {k: v for k, v in cache_entries().items() if k not in before}
+    assert len(new) == 1
+    (key_id, entry), = new.items()
+    assert entry["built_on"] == builders(run)[0]
+    assert entry["key"]["build_env"]["NVCC_APPEND_FLAGS"] == "-lineinfo"
+    assert {installed(node) for node in nodes(host)} == {"2.8.3+build." + key_id}
+
+    rerun = run_playbook(PLAYBOOK, INVENTORY, extravars=OTHER_KEY)
+    assert rerun.rc == 0 and rerun.changed == 0 and builders(rerun) == []
+
+
+def test_a_forced_rebuild_builds_once_and_reinstalls_everywhere(host):
+    before = cache_entries()
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars={**OTHER_KEY, "flash_attn_force_rebuild": "true"})  # as -e gives it
+    assert run.rc == 0 and len(builders(run)) == 1
+    assert actions(run) == ["built", "installed from cache"]
+    assert cache_entries().keys() == before.keys()
+
+
+def test_a_prebuilt_wheel_is_installed_everywhere_without_a_build(host):
+    original = next(entry for entry in cache_entries().values() if "NVCC_APPEND_FLAGS" not in entry["key"]["build_env"])
+    wheel = CACHE / original["id"] / original["wheel"]
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars={"flash_attn_prebuilt_wheel": str(wheel)})
+    assert run.rc == 0 and builders(run) == []
+    assert actions(run) == ["installed prebuilt", "installed prebuilt"]
+    assert {installed(node) for node in nodes(host)} == {"2.8.3+build." + original["id"]}
+    # That wheel is also the one the default build key names: back to the converged state.
+    assert run_playbook(PLAYBOOK, INVENTORY).changed == 0
+
+
+def test_a_host_without_the_venv_or_with_bad_input_fails_before_any_change(host):
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars={"flash_attn_venv_dir": "/opt/nowhere"})
+    assert run.rc != 0 and run.changed == 0
+    messages = [f["msg"] for result in run.hosts.values() for f in result.failures]
+    assert all("no venv at /opt/nowhere (run the sglang stage first)" in m for m in messages) and messages
+
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars={"flash_attn_max_jobs": "many"})
+    assert run.rc != 0 and run.changed == 0
+    assert "flash_attn_max_jobs" in json.dumps([r.failures for r in run.hosts.values()])
+
+
+def test_the_flash_attn_tag_alone_finds_the_preflight_s_arch_list_through_a_stale_fact_cache():
+    """Cached facts gathered before the preflight wrote its local fact hold no arch list."""
+    cache = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "facts"
+    run_playbook(PLAYBOOK, INVENTORY)  # fills the cache
+    for name in NODES:
+        (path,) = cache.glob("*" + name)  # ansible.cfg's fact_caching_prefix comes first
+        facts = json.loads(path.read_text())
+        facts["ansible_local"] = {}
+        path.write_text(json.dumps(facts))
+    run = run_playbook(ROOT / "site.yml", INVENTORY, tags="flash_attn")
+    assert run.rc == 0 and run.changed == 0, run.hosts
+    assert actions(run) == ["current", "current"]

@@ -1,0 +1,138 @@
+"""verify and bench in the lab: two nodes, the second slower; the A/B, the restore, the report."""
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bench_report
+from fleet import run_playbook
+
+ROOT = Path(__file__).resolve().parents[3]
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+NODES = ["fleet-gpu-1", "fleet-gpu-2"]
+SECRETS = ["lab-secret-%s-4f9c" % n for n in NODES]
+UNIT = "/etc/systemd/system/sglang.service"
+testinfra_hosts = ["podman://" + NODES[0]]
+
+
+def nodes(host):
+    return [host.get_host("podman://" + n) for n in NODES]
+
+
+def unit_digests(host):
+    return [hashlib.sha256(node.file(UNIT).content).hexdigest() for node in nodes(host)]
+
+
+def test_verify_reads_the_server_s_own_configuration_and_changes_nothing():
+    run = run_playbook(ROOT / "site.yml", INVENTORY, tags="verify")
+    assert run.rc == 0 and run.changed == 0, run.hosts
+    for name in NODES:
+        assert run.hosts[name].facts["sglang_verify_status"] == (
+            "verified: EAGLE3, tp 8, allreduce fusion on, sglang lab")
+
+
+def test_verify_names_what_differs_from_the_inventory():
+    run = run_playbook(ROOT / "site.yml", INVENTORY, tags="verify",
+                       extravars={"sglang_server_allreduce_fusion": "off"})
+    assert run.rc != 0 and run.changed == 0
+    for name in NODES:
+        assert "enable_flashinfer_allreduce_fusion: asked for false, the server runs true" in \
+            run.hosts[name].failures[0]["msg"]
+
+
+@pytest.fixture(scope="module")
+def ab_run(host, tmp_path_factory):
+    """One verify + bench + A/B over both nodes, through the report tool (ansible-runner)."""
+    before = unit_digests(host)
+    out = tmp_path_factory.mktemp("bench-report")
+    report, run = bench_report.run([INVENTORY], ab=True, extravars={}, out=out)
+    return before, out, report, run
+
+
+def test_the_a_b_runs_both_variants_at_every_concurrency(ab_run):
+    _, _, report, run = ab_run
+    assert run.rc == 0, run.hosts
+    for name in NODES:
+        results = report["hosts"][name]["results"]
+        assert sorted((r["variant"], r["concurrency"]) for r in results) == sorted(
+            (v, c) for v in ("baseline", "eagle3") for c in (1, 4, 8))
+        assert all(r["completed"] > 0 and r["output_throughput"] > 0 for r in results)
+        # The accept length comes from the server, and only a speculative server has one.
+        assert {r["accept_length"] for r in results if r["variant"] == "eagle3"} == {2.65}
+        assert {r["accept_length"] for r in results if r["variant"] == "baseline"} == {None}
+        ab = {row["concurrency"]: row for row in report["hosts"][name]["ab"]}
+        assert sorted(ab) == [1, 4, 8]
+        # The lab's speed model: EAGLE-3 wins a single stream by about a quarter, loses at 8.
+        assert ab[1]["winner"] == "eagle3" and 10 < ab[1]["eagle3_gain_percent"] < 40
+        assert ab[8]["winner"] == "baseline"
+
+
+def test_the_slower_host_is_flagged_and_its_peer_is_not(ab_run):
+    _, _, report, _ = ab_run
+    assert report["hosts"][NODES[0]]["slow"] == []
+    slow = report["hosts"][NODES[1]]["slow"]
+    assert {(x["variant"], x["concurrency"]) for x in slow} >= {("baseline", 1), ("eagle3", 1)}
+    assert all(x["below_median_percent"] > 10 for x in slow)
+
+
+def test_both_nodes_end_on_their_original_unit_and_serve(host, ab_run):
+    before, _, _, _ = ab_run
+    assert unit_digests(host) == before
+    for node in nodes(host):
+        assert node.service("sglang").is_running
+        assert "--speculative-algorithm EAGLE3" in node.file(UNIT).content_string
+
+
+def test_the_report_validates_and_keeps_no_secret(ab_run):
+    _, out, report, run = ab_run
+    saved = json.loads((out / "report.json").read_text())
+    bench_report.validate(saved)
+    assert saved["simulated"] is True and saved == report
+    assert "Lab numbers are simulated" in (out / "report.md").read_text()
+    for path in out.iterdir():
+        assert not any(secret in path.read_bytes().decode(errors="replace") for secret in SECRETS), path
+    assert not any(secret in json.dumps([h.facts for h in run.hosts.values()]) for secret in SECRETS)
+
+
+def test_the_plot_is_a_real_picture(ab_run):
+    _, out, _, _ = ab_run
+    data = (out / "report.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 600 and height >= 400
+
+
+def test_a_failed_a_b_still_puts_the_original_unit_back(host, ab_run):
+    before = unit_digests(host)
+    node = nodes(host)[0]
+    # The toggled server takes 30 s to load and the gate waits 5: the A/B fails after the toggle.
+    node.check_output("printf '%s' '{\"mode\": \"healthy\", \"startup_seconds\": 30, \"tokens_per_second\": 40}' "
+                      "> /etc/lab-gpu/server.json")
+    try:
+        run = run_playbook(ROOT / "site.yml", INVENTORY, tags="bench", limit=NODES[0],
+                           extravars={"sglang_bench_ab": "true", "sglang_bench_concurrencies": [1],
+                                      "sglang_server_health_timeout": "5"})  # as -e gives them: strings
+        assert run.rc != 0
+        failed = [f["task"] for f in run.hosts[NODES[0]].failures]
+        assert failed and all("health gate" in task for task in failed), failed
+    finally:
+        node.check_output("printf '%s' '{\"mode\": \"healthy\", \"startup_seconds\": 1, \"tokens_per_second\": 40}' "
+                          "> /etc/lab-gpu/server.json && systemctl restart sglang")
+    assert unit_digests(host) == before
+    assert run_playbook(ROOT / "site.yml", INVENTORY, tags="verify").rc == 0
+
+
+def test_the_key_reaches_bench_serving_but_no_command_line_or_output(host):
+    """At -vvv Ansible prints each module's arguments and the remote command it runs (a task's
+    environment: is part of that command): the key must be in neither, and the bench still authenticates."""
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY, str(ROOT / "site.yml"),
+                          "--tags", "bench", "--limit", NODES[0], "-vvv", "-e", '{"sglang_bench_concurrencies": [1]}'],
+                         capture_output=True, text=True, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert not any(secret in out.stdout + out.stderr for secret in SECRETS)
+    assert "%s eagle3 concurrency 1:" % NODES[0] in out.stdout  # bench_serving was let in with the key

@@ -1,0 +1,244 @@
+"""sglang_server in the lab: the unit, its guard rails, its health gate and the rolling restart."""
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import fleet
+from fleet import run_playbook
+
+ROOT = Path(__file__).resolve().parents[3]
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+NODES = ["fleet-gpu-1", "fleet-gpu-2"]
+ADDRESSES = ["127.0.1.1", "127.0.1.2"]  # each node's own on the fleet's loopback
+SERVER = ROOT / "playbooks/server.yml"
+UNIT = "/etc/systemd/system/sglang.service"
+testinfra_hosts = ["podman://" + NODES[0]]
+
+
+def run_server(**extravars):
+    return run_playbook(SERVER, INVENTORY, extravars=extravars)
+
+
+def set_mode(host, mode):
+    """The lab server's behaviour on that node, its simulated speed kept (the bench's slow host stays slow)."""
+    config = json.loads(host.file("/etc/lab-gpu/server.json").content_string)
+    config.update(mode=mode, startup_seconds=1)
+    host.check_output("printf '%%s\\n' '%s' > /etc/lab-gpu/server.json" % json.dumps(config))
+
+
+def nodes(host):
+    return [host.get_host("podman://" + n) for n in NODES]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_unit_runs_as_its_own_user_and_listens_on_its_own_address_only(host, index):
+    host = nodes(host)[index]
+    service = host.service("sglang")
+    assert service.is_running and service.is_enabled
+    user = host.user("sglang")
+    assert user.shell == "/usr/sbin/nologin" and user.home == "/var/lib/sglang"
+    assert host.process.get(comm="python").user == "sglang"
+    assert host.socket("tcp://%s:30000" % ADDRESSES[index]).is_listening
+    assert not host.socket("tcp://0.0.0.0:30000").is_listening
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_secret_is_in_its_config_file_only_never_in_argv_environment_or_journal(host, index):
+    host = nodes(host)[index]
+    secret = "lab-secret-%s-4f9c" % NODES[index]
+    config = host.file("/etc/sglang/sglang.yaml")
+    assert (config.user, config.group, config.mode) == ("root", "sglang", 0o640)
+    assert json.loads(config.content_string) == {"api-key": secret}
+    env = host.file("/etc/sglang/sglang.env")
+    assert (env.user, env.group, env.mode) == ("root", "root", 0o600)
+    unit = host.file(UNIT)
+    assert unit.mode == 0o644 and secret not in unit.content_string
+    assert "--config /etc/sglang/sglang.yaml" in unit.content_string
+    # Every process's command line and the server's environment, as any local user could read them.
+    pid = host.check_output("systemctl show -p MainPID --value sglang")
+    assert secret not in host.check_output("cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+    assert secret not in host.check_output("tr '\\0' '\\n' < /proc/%s/environ" % pid)
+    assert secret not in host.check_output("journalctl --no-pager -o cat -u sglang -u sglang-gpu-init")
+
+
+def test_the_gpu_nodes_were_created_as_root_before_the_server(host):
+    node = nodes(host)[0]
+    init = node.service("sglang-gpu-init")
+    assert init.is_enabled and init.is_running  # a oneshot that remains after exit
+    calls = node.file("/run/lab-nvidia-modprobe.log").content_string.splitlines()
+    assert calls[:8] == ["uid=0 -u -c0"] + ["uid=0 -c%d" % i for i in range(1, 8)]
+    requires = node.check_output("systemctl show -p Requires -p After --value sglang")
+    assert "sglang-gpu-init.service" in requires
+
+
+def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
+    """StartLimitBurst=3 an hour: after a crash loop systemd refuses every start until reset-failed."""
+    node = nodes(host)[0]
+    fast = {"sglang_server_restart_sec": 1}  # systemd itself restarts the crashing server, quickly
+    try:
+        assert run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars=fast).rc == 0
+        set_mode(node, "crash")
+        try:
+            node.run("systemctl restart sglang")
+            # Starts within StartLimitIntervalSec count, the converge's own included: how many
+            # automatic restarts come before systemd gives up varies. Given up = failed, and still
+            # failed after more than RestartSec (1 s): no restart is coming.
+            failed_for = 0
+            for _ in range(90):
+                state = (node.check_output("systemctl show -p ActiveState --value sglang"),
+                         int(node.check_output("systemctl show -p NRestarts --value sglang")))
+                failed_for = failed_for + 1 if state[0] == "failed" else 0
+                if failed_for >= 4:
+                    break
+                time.sleep(1)
+            assert failed_for >= 4 and state[1] >= 1, state
+        finally:
+            set_mode(node, "healthy")
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars=fast)  # nothing changed: start it
+        assert run.rc == 0, run.hosts[NODES[0]].failures
+        assert "A server failed by an earlier crash loop may start again" in run.hosts[NODES[0]].changed_tasks
+        assert node.service("sglang").is_running
+    finally:
+        assert run_server().rc == 0  # back to the converged unit
+
+
+def test_the_server_answers_the_known_answer_with_its_api_key(host):
+    secret = "lab-secret-%s-4f9c" % NODES[0]
+    body = json.dumps({"model": "/models/nvidia/Kimi-K2.5-NVFP4", "temperature": 0,
+                       "messages": [{"role": "user", "content": "What is 17 + 25?"}]})
+    out = host.check_output("curl -sf -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' "
+                            "-d '%s' http://%s:30000/v1/chat/completions" % (secret, body, ADDRESSES[0]))
+    assert json.loads(out)["choices"][0]["message"]["content"] == "42"
+    assert host.run("curl -sf http://%s:30000/v1/models" % ADDRESSES[0]).rc != 0  # no key, no answer
+
+
+def test_a_rerun_restarts_nothing_and_does_not_log_the_secret(host):  # host: runs in file order
+    run = run_playbook(SERVER, INVENTORY, quiet=True)
+    assert run.rc == 0 and run.changed == 0, {h: r.changed_tasks for h, r in run.hosts.items()}
+    text = json.dumps({h: r.__dict__ for h, r in run.hosts.items()})
+    assert "lab-secret" not in text
+
+
+@pytest.mark.parametrize("extravars,expected", [
+    ({"sglang_server_extra_args": ["--enable-flashinfer-allreduce-fusiom"]},
+     "sglang 0.5.9 does not accept this command line: unknown flag --enable-flashinfer-allreduce-fusiom "
+     "(closest: --enable-flashinfer-allreduce-fusion"),
+    ({"sglang_server_extra_args": ["--speculative-algorithm", "EAGLE4"]}, "--speculative-algorithm EAGLE4: not one of"),
+    ({"sglang_server_quantization": "modelopt_fp4"}, "--speculative-draft-model-quantization unquant"),
+    ({"sglang_server_speculative_eagle_topk": 4}, "SGLANG_ENABLE_SPEC_V2 needs --speculative-eagle-topk 1, not 4"),
+    ({"sglang_server_tp": 4}, "--tp 4 does not match 8 GPU(s) x 1 node(s)"),
+    ({"sglang_server_draft_model_path": "/models/nowhere"}, "missing on the host: /models/nowhere"),
+])
+def test_guard_rails_fail_before_the_unit_is_touched(host, extravars, expected):
+    before = host.file(UNIT).content_string
+    run = run_server(**extravars)
+    result = run.hosts[NODES[0]]
+    assert run.rc != 0 and result.failed == 1 and result.changed == 0
+    assert expected in result.failures[0]["msg"]
+    assert host.file(UNIT).content_string == before
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("garbage", "known-answer check failed"),
+    ("crash", "simulated crash while loading the model"),
+])
+def test_the_health_gate_catches_a_bad_server_and_shows_the_journal(host, mode, expected):
+    node = host.get_host("podman://" + NODES[0])
+    set_mode(node, mode)
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0],
+                           extravars={"sglang_server_extra_args": ["--context-length", "4096"]})
+        assert run.rc != 0 and expected in run.hosts[NODES[0]].failures[0]["msg"]
+    finally:
+        set_mode(node, "healthy")
+        assert run_server().rc == 0  # back to the converged unit, healthy
+
+
+def test_a_broken_first_batch_stops_the_rollout_and_the_other_node_keeps_serving(host):
+    first, second = (host.get_host("podman://" + n) for n in NODES)
+    unit_before = second.file(UNIT).content_string
+    set_mode(first, "never-healthy")
+    try:
+        run = run_server(sglang_server_extra_args=["--context-length", "4096"], sglang_server_health_timeout=8,
+                         sglang_server_serial=1)
+        assert run.rc != 0
+        assert run.hosts[NODES[0]].failed == 1
+        assert NODES[1] not in run.hosts or run.hosts[NODES[1]].ok == 0
+        assert second.file(UNIT).content_string == unit_before
+        assert second.run("curl -sf http://%s:30000/health" % ADDRESSES[1]).rc == 0
+    finally:
+        set_mode(first, "healthy")
+        assert run_server().rc == 0
+
+
+def set_fusion(host, result):
+    host.check_output("printf '{\"result\": \"%s\"}\\n' > /etc/lab-gpu/fusion.json" % result)
+
+
+def fusion_facts(run, node=NODES[0]):
+    return run.hosts[node].facts["sglang_server_fusion"]
+
+
+def test_the_converged_server_runs_fusion_after_a_passing_self_test_that_a_rerun_reads_from_cache(host):
+    node = nodes(host)[0]
+    assert "--enable-flashinfer-allreduce-fusion" in node.file(UNIT).content_string
+    decision = json.loads(node.file("/etc/sglang/allreduce-fusion.json").content_string)
+    assert decision["enabled"] is True and decision["selftest"] == "pass"
+    cached = node.check_output("ls /var/lib/sglang-fleet/fusion-selftest").split()
+    run = run_playbook(SERVER, INVENTORY, limit=NODES[0])
+    assert run.rc == 0 and run.changed == 0
+    assert node.check_output("ls /var/lib/sglang-fleet/fusion-selftest").split() == cached  # not repeated
+    assert fusion_facts(run)["enabled"] is True
+
+
+# The hang verdict (the watchdog) is tested around the same fixture in tests/unit/test_fusion_selftest.py.
+@pytest.mark.parametrize("result,status", [("fail", "fail")])
+def test_auto_serves_without_fusion_when_the_self_test_fails_and_says_why(host, result, status):
+    node = nodes(host)[0]
+    set_fusion(node, result)
+    # A new cache key (another timeout) makes the self-test run again against the failing GPU part.
+    extra = {"sglang_server_fusion_selftest_timeout": 5 if result == "hang" else 61}
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars=extra)
+        assert run.rc == 0, run.hosts[NODES[0]].failures
+        fusion = fusion_facts(run)
+        assert fusion["enabled"] is False and fusion["selftest"] == status
+        assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
+        assert node.service("sglang").is_running
+        report = fleet.report(run)
+        assert "off: self-test %s" % status in report
+        assert "i %s: serves without allreduce fusion: self-test %s" % (NODES[0], status) in report
+    finally:
+        set_fusion(node, "pass")
+
+
+def test_on_fails_the_host_before_the_unit_changes_when_the_self_test_fails(host):
+    node = nodes(host)[0]
+    before = node.file(UNIT).content_string
+    set_fusion(node, "fail")
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0],
+                           extravars={"sglang_server_allreduce_fusion": "on", "sglang_server_fusion_selftest_timeout": 62})
+        result = run.hosts[NODES[0]]
+        assert run.rc != 0 and result.failed == 1
+        assert "sglang_server_allreduce_fusion is on, but the fusion self-test says fail" in result.failures[0]["msg"]
+        assert node.file(UNIT).content_string == before
+    finally:
+        set_fusion(node, "pass")
+
+
+def test_off_runs_no_self_test_and_no_flag(host):
+    node = nodes(host)[0]
+    set_fusion(node, "hang")  # would stall a self-test: off must not start one
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars={"sglang_server_allreduce_fusion": "off"})
+        assert run.rc == 0
+        assert fusion_facts(run) == {"enabled": False, "switch": "off", "selftest": "not run",
+                                     "reason": "switched off (sglang_server_allreduce_fusion: off)"}
+        assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
+    finally:
+        set_fusion(node, "pass")
+        assert run_playbook(SERVER, INVENTORY, limit=NODES[0]).rc == 0  # back to the converged unit
