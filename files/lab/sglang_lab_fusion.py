@@ -4,7 +4,10 @@ GPU; everything around it (one process per GPU, the watchdog, the verdict, the k
 role's auto/on/off switch) is the real code.
 
 Behaviour comes from /etc/lab-gpu/fusion.json (files/lab/provision.yml): {"result": "pass" | "fail"
-| "hang"}. fail returns an error far beyond bf16's; hang never returns.
+| "hang" | "no-ninja"}. fail returns an error far beyond bf16's; hang never returns; no-ninja fails as
+flashinfer's JIT does on a real host whose PATH lacks the venv's bin (tests/fixtures/hosts/h200x2-driver580/). Like flashinfer's JIT, it
+leaves its build under the running user's ~/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE if set),
+so the tests see whose cache the self-test fills.
 """
 import json
 import os
@@ -13,12 +16,25 @@ import time
 CONFIG = os.environ.get("LAB_FUSION_CONFIG", "/etc/lab-gpu/fusion.json")
 
 
+def leave_jit_build():
+    """Where flashinfer 0.6.3 keeps its JIT builds (flashinfer/jit/env.py), one marker file."""
+    base = os.environ.get("FLASHINFER_WORKSPACE_BASE", os.path.expanduser("~"))
+    folder = os.path.join(base, ".cache", "flashinfer", "0.6.3", "lab", "cached_ops")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "trtllm_comm.lab"), "w") as handle:
+        handle.write("built by uid %d\n" % os.getuid())
+
+
 def run(rank, world_size, settings):
+    if rank == 0:
+        leave_jit_build()
     try:
         with open(CONFIG) as handle:
             result = json.load(handle).get("result", "pass")
     except OSError:
         result = "pass"
+    if result == "no-ninja":
+        raise FileNotFoundError(2, "No such file or directory", "ninja")
     if result == "hang":
         while True:
             time.sleep(60)

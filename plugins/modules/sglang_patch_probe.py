@@ -12,8 +12,9 @@ description:
   - >-
     Parses every target file of the patch set (with the C(ast) module, never with grep) and
     classifies each enabled patch as C(upstream) (the installed release already does what the
-    patch adds, so it is skipped), C(apply) (needs patching), C(applied) (our block is in place)
-    or, for I(state=absent), C(remove).
+    patch adds, so it is skipped), C(apply) (needs patching, or our block there is not the one
+    this run would write), C(applied) (our block is in place, exactly as this run would write it:
+    nothing to write) or, for I(state=absent), C(remove).
   - In I(mode=plan) it fails before anything is written when any enabled patch cannot be
     applied (file missing, anchor missing, upstream drifted), naming the file, the anchor and the
     installed sglang version. Its result carries, per patch, the block, marker and anchor that
@@ -154,16 +155,17 @@ def marker_lines(name, indent):
 
 
 def strip_block(text, name):
-    """The file as upstream shipped it: our block for `name`, markers included, removed."""
+    """The file as upstream shipped it (our block for `name`, markers included, removed), whether
+    our block was there, and the block's lines between its markers."""
     lines = text.splitlines(True)
     begin = next((i for i, l in enumerate(lines) if l.strip() == (MARKER % name).replace("{mark}", "BEGIN")), None)
     if begin is None:
-        return text, False
+        return text, False, ""
     end = next((i for i in range(begin, len(lines)) if lines[i].strip() == (MARKER % name).replace("{mark}", "END")),
                None)
     if end is None:
         raise Drift("the BEGIN marker of %s has no END marker" % name)
-    return "".join(lines[:begin] + lines[end + 1:]), True
+    return "".join(lines[:begin] + lines[end + 1:]), True, "".join(lines[begin + 1:end])
 
 
 def find_anchor(text, regex):
@@ -484,7 +486,7 @@ def plan_one(patch, site_packages, settings, state, version):
     with open(path) as handle:
         text = handle.read()
     try:
-        upstream, ours = strip_block(text, patch.name)
+        upstream, ours, inner = strip_block(text, patch.name)
         if state == "absent":
             entry.update(status="remove" if ours else "absent",
                          reason="our block will be removed" if ours else "no block of ours in the file")
@@ -503,8 +505,11 @@ def plan_one(patch, site_packages, settings, state, version):
         patch.check_anchor(tree, hits[0], settings)
         if getattr(patch, "requires", None):
             check_defined(site_packages, *patch.requires)
-        entry.update(status="applied" if ours else "apply", block=patch.block(tree, settings).rstrip("\n"),
-                     reason="our block is in place" if ours else "needs patching",
+        block = patch.block(tree, settings).rstrip("\n")
+        current = ours and inner.rstrip("\n") == block
+        entry.update(status="applied" if current else "apply", block=block,
+                     reason="our block is in place" if current
+                     else "our block there is out of date" if ours else "needs patching",
                      **{"insert" + patch.where: patch.anchor})
     except Drift as exc:
         entry.update(status="drift", reason="upstream drifted in %s (anchor /%s/): %s" % (path, patch.anchor, exc))

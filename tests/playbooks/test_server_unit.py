@@ -154,3 +154,16 @@ def test_the_fusion_flag_follows_the_switch_and_the_self_test(tmp_path, monkeypa
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"], **extra)["gpu-node-01"]
     assert ("--enable-flashinfer-allreduce-fusion" in exec_start(unit)) is flag
     assert ("FlashInfer allreduce fusion on." in unit) is flag
+
+
+def test_the_unit_s_path_finds_the_ninja_that_flashinfer_s_jit_runs(tmp_path, monkeypatch, site_packages):
+    """flashinfer 0.6.3 runs `ninja` from PATH for every JIT build; the ninja that sglang and flashinfer
+    require is a wheel whose executable pip puts in the venv's bin. A real 2xH200 host without that
+    directory on PATH failed the build (tests/fixtures/hosts/h200x2-driver580/)."""
+    site = site_packages()
+    assert 'command = [\n        "ninja",' in (site / "flashinfer/jit/cpp_ext.py").read_text()
+    for dist in ("sglang-0.5.9.dist-info", "flashinfer_python-0.6.3.dist-info"):
+        assert "Requires-Dist: ninja" in (site / dist / "METADATA").read_text().splitlines()
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
+    (path,) = [line.split("=", 2)[2] for line in unit.splitlines() if line.startswith("Environment=PATH=")]
+    assert path.split(":")[:2] == ["/opt/sglang/venv/bin", "/usr/local/cuda-13.0/bin"]

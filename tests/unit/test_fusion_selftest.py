@@ -30,7 +30,7 @@ def host(tmp_path):
         config = tmp_path / "fusion.json"
         config.write_text(json.dumps({"result": result}))
         return dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), LAB_FUSION_CONFIG=str(config),
-                    PYTHONPATH=str(ROOT / "files/lab"))
+                    PYTHONPATH=str(ROOT / "files/lab"), FLASHINFER_WORKSPACE_BASE=str(tmp_path))
     return make
 
 
@@ -62,6 +62,31 @@ def test_a_hang_is_stopped_by_the_watchdog(host):
     result = selftest(host(result="hang"), "--timeout", "3")
     assert result["status"] == "hang" and "within 3 s" in result["reason"]
     assert result["elapsed_s"] < 30
+
+
+def test_a_jit_that_cannot_find_ninja_is_an_error_and_is_not_cached(host, tmp_path):
+    """A real 2xH200 host whose PATH lacked the venv's bin: flashinfer's JIT found no `ninja`, and the
+    self-test cached "fail", so the host served without the fusion after the PATH was fixed."""
+    real = json.loads((X2 / "selftest-as-service-user-without-venv-bin/selftest.json").read_text())
+    assert real["status"] == "fail" and "No such file or directory: 'ninja'" in real["reason"]  # before
+    assert json.loads((X2 / "selftest-as-service-user-without-venv-bin/selftest-rerun.json").read_text())["cached"]
+    cache = tmp_path / "cache"
+    result = selftest(host(result="no-ninja"), "--cache-dir", str(cache))
+    assert result["status"] == "error"
+    assert "not a verdict on its GPUs" in result["reason"] and "'ninja'" in result["reason"]
+    assert not cache.exists() or list(cache.iterdir()) == []
+    assert selftest(host(result="pass"), "--cache-dir", str(cache))["status"] == "pass"  # tried again
+
+
+def test_as_the_service_user_on_the_real_2xh200_the_jit_builds_land_in_its_home():
+    """The role's way (tests/device/selftest_as_service_user.sh): user sglang, the venv's bin on PATH."""
+    real = json.loads((X2 / "selftest-as-service-user/selftest.json").read_text())
+    assert real["status"] == "pass" and real["world_size"] == 2
+    built = (X2 / "selftest-as-service-user/jit-built.txt").read_text().split()
+    assert built[0] == "sglang" and built[2].startswith("/var/lib/sglang/.cache/flashinfer/0.6.3/")
+    assert built[2].endswith("/trtllm_comm.so")
+    assert "No such file" in (X2 / "selftest-as-service-user/root-jit.txt").read_text()  # none in root's home
+    assert json.loads((X2 / "selftest-as-service-user/selftest-rerun.json").read_text())["cached"] is True
 
 
 def test_one_gpu_explains_that_there_is_nothing_to_fuse(host):

@@ -53,6 +53,29 @@ def test_the_blocks_compile_where_they_go(site_packages):
         compile(patched, entry["path"], "exec")
 
 
+def write_blocks(site, settings=SETTINGS):
+    """Every block written as blockinfile writes it (markers, block, newline), at its anchor."""
+    for entry in probe_mod.probe(str(site), ALL, settings)[0]["patches"]:
+        lines = open(entry["path"]).read().splitlines(True)
+        anchor = entry["insertafter"] or entry["insertbefore"]
+        at = probe_mod.find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
+        block = "".join(line + "\n" for line in [entry["marker"].replace("{mark}", "BEGIN"), entry["block"],
+                                                 entry["marker"].replace("{mark}", "END")])
+        open(entry["path"], "w").write("".join(lines[:at]) + block + "".join(lines[at:]))
+
+
+def test_a_block_in_place_is_applied_and_one_from_other_settings_is_rewritten(site_packages):
+    """Applied means nothing to write: the role's blockinfile loop runs only for apply and remove."""
+    site = site_packages()
+    write_blocks(site)
+    assert {p["status"] for p in plan(site)[0]["patches"]} == {"applied"}
+    other = dict(SETTINGS, symm_mem_max_sizes_mib={8: 256})
+    patches = by_name(probe_mod.probe(str(site), ALL, other)[0])
+    assert patches["sm120_symm_mem_max_sizes"]["status"] == "apply"
+    assert patches["sm120_symm_mem_max_sizes"]["reason"] == "our block there is out of date"
+    assert patches["kimi_k25_eagle3"]["status"] == "applied"
+
+
 def test_the_table_entry_uses_the_configured_sizes(site_packages):
     settings = dict(SETTINGS, symm_mem_max_sizes_mib={8: 256, 2: 32})
     result, _ = probe_mod.probe(str(site_packages()), ALL, settings)

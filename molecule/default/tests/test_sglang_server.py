@@ -74,6 +74,16 @@ def test_the_gpu_nodes_were_created_as_root_before_the_server(host):
     assert "sglang-gpu-init.service" in requires
 
 
+def test_the_self_test_ran_as_the_service_user_and_left_its_jit_builds_to_the_server(host):
+    node = nodes(host)[0]
+    build = node.file("/var/lib/sglang/.cache/flashinfer/0.6.3/lab/cached_ops/trtllm_comm.lab")
+    assert build.exists and build.user == "sglang"  # the server's own home: its first start reuses them
+    assert not node.file("/root/.cache/flashinfer").exists
+    verdicts = node.file("/var/lib/sglang-fleet/fusion-selftest")
+    assert verdicts.user == "sglang"
+    assert {node.file(verdicts.path + "/" + name).user for name in verdicts.listdir()} == {"sglang"}
+
+
 def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
     """StartLimitBurst=3 an hour: after a crash loop systemd refuses every start until reset-failed."""
     node = nodes(host)[0]

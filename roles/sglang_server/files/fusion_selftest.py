@@ -11,7 +11,8 @@ The result is one JSON object (stdout, and --cache-dir/<key>.json). The key cove
 the outcome: flashinfer's version and the bytes of its comm sources (the patch state), the driver,
 the GPU set, the peer-to-peer topology and the test's own settings (timeout and tolerance too); a
 cached result is returned without touching a GPU. Exit status 0 whatever the verdict (pass, fail, hang, single-gpu, error):
-the caller decides; 2 only for bad usage.
+the caller decides; 2 only for bad usage. An error (the test could not run: a module that does not
+import, `ninja` not on PATH, a failed JIT compile) is never cached.
 
 --worker MODULE replaces the GPU part (a module with run(rank, world_size, settings) -> dict per
 rank, rank 0's dict carrying "shapes"): the lab, which has no GPU, uses it.
@@ -161,10 +162,25 @@ def run(rank, world_size, settings):
 
 # --- the parent: one process per GPU, a watchdog, the verdict --------------------------------------
 
+# What says the test could not run here, rather than anything about the GPUs: a module that does not
+# import, a tool that is not on PATH (flashinfer's JIT runs `ninja`), a compile that failed.
+SETUP_ERRORS = (ImportError, FileNotFoundError, subprocess.CalledProcessError)
+SETUP_EXIT = 3
+
+
 def rank_main(args):
-    worker = importlib.import_module(args.worker) if args.worker else sys.modules[__name__]
     settings = json.loads(args.settings)
-    result = worker.run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), settings)
+    try:
+        worker = importlib.import_module(args.worker) if args.worker else sys.modules[__name__]
+        result = worker.run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), settings)
+    except SETUP_ERRORS as exc:
+        detail = "%s: %s" % (type(exc).__name__, exc)
+        if isinstance(exc, subprocess.CalledProcessError) and exc.output:
+            detail += "\n" + str(exc.output)[-1000:]
+        with open(args.rank_out, "w") as handle:
+            json.dump({"setup_error": detail}, handle)
+        print(detail, file=sys.stderr)
+        return SETUP_EXIT
     with open(args.rank_out, "w") as handle:
         json.dump(result, handle)
 
@@ -207,6 +223,12 @@ def launch(world_size, settings, args, workdir):
         with open(log.name, errors="replace") as handle:
             tails[rank] = handle.read()[-1500:]
     failed = [rank for rank, (p, _, _) in enumerate(procs) if p.returncode not in (0, None) and rank not in hung]
+    setup = [rank for rank in failed if procs[rank][0].returncode == SETUP_EXIT and os.path.exists(procs[rank][1])]
+    if setup:
+        with open(procs[setup[0]][1]) as handle:
+            detail = json.load(handle)["setup_error"]
+        return None, "error", ("rank %d could not run the test on this host (not a verdict on its GPUs, and not "
+                               "cached: the next run tries again): %s" % (setup[0], detail))
     if failed:
         rank = failed[0]
         return None, "fail", "rank %d exited with %d: %s" % (rank, procs[rank][0].returncode, tails[rank].strip())
