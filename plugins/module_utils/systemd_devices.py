@@ -93,7 +93,11 @@ def resolve(allow, proc_devices, nodes):
 def denied(allow, proc_devices_text, nodes):
     """The nodes (paths) that a DevicePolicy=closed unit with these DeviceAllow= values denies."""
     rules, _ = resolve(allow, parse_proc_devices(proc_devices_text), nodes)
+    return denied_by(rules, nodes)
 
+
+def denied_by(rules, nodes):
+    """The nodes (paths) that resolved rules (resolve()'s first value) do not allow."""
     def allowed(kind, major, minor):
         return any(k == kind and (ma is None or ma == major) and (mi is None or mi == minor) for k, ma, mi in rules)
 
