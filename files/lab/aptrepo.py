@@ -73,6 +73,9 @@ def build_deb(pkg: dict, out: Path) -> None:
     fields = dict(pkg, major=major, minor=minor, prio=int(major) * 10 + int(minor))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        # The package's ./ entry takes this directory's mode: mkdtemp's 0700 would make `dpkg-deb -x
+        # pkg.deb /` (a runfile-style install) shut every user but root out of the whole host.
+        root.chmod(0o755)
         home = root / f"usr/local/cuda-{pkg['cuda']}"
         (home / "bin").mkdir(parents=True)
         (home / "lib64").mkdir()
