@@ -53,7 +53,8 @@ def main() -> None:
                   % (nodes, " ".join("%.2f" % t for t in times), medians[nodes]), flush=True)
     finally:
         if not args.keep:
-            labctl.down(labctl.write_inventory(args.nodes, prefix="bench-gpu"))
+            for nodes in (1, args.nodes):
+                labctl.down(labctl.write_inventory(nodes, prefix="bench-gpu"))
     print("ratio %d/1 nodes: %.2f" % (args.nodes, medians[args.nodes] / medians[1]))
 
 
