@@ -51,6 +51,8 @@ def main() -> None:
             medians[nodes] = statistics.median(times)
             print("%d node(s): no-op site.yml %s -> median %.2fs"
                   % (nodes, " ".join("%.2f" % t for t in times), medians[nodes]), flush=True)
+            if not args.keep:
+                labctl.down(inventory)  # an idle fleet would still take the shared CPU
     finally:
         if not args.keep:
             for nodes in (1, args.nodes):
