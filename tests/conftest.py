@@ -3,6 +3,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# A real driver-580 host (H200, Ubuntu 24.04): /proc/devices and its NVIDIA/RDMA device nodes.
+H200 = FIXTURES / "hosts/h200-driver580"
 for sub in ("plugins/modules", "plugins/filter", "files/lab", "tools"):
     sys.path.insert(0, str(ROOT / sub))
 
@@ -59,3 +61,13 @@ def site_packages(tmp_path):
 def upstream_sglang():
     """The real sglang wheel at the pinned version, extracted (read only)."""
     return _extracted("sglang", PINNED["sglang"])
+
+
+def captured_nodes():
+    """The H200 host's device nodes from `stat` (dev-nodes.txt: path, type, major:minor, mode, owner)."""
+    nodes = []
+    for line in (H200 / "dev-nodes.txt").read_text().splitlines():
+        path, rest = line.split(" ", 1)
+        major, minor = rest.split()[-3].split(":")
+        nodes.append((path, "c" if "character" in rest else "b", int(major), int(minor)))
+    return nodes

@@ -310,10 +310,15 @@ def start_nodes(names: list[str], pod: str) -> None:
         authorize(name)
 
 
-def up(inventory: Path, provision: bool = True) -> None:
+def prepare() -> None:
+    """What every lab node runs from or mounts: the image, the wheelhouse, the apt mirror."""
     build_image()
     fill_wheelhouse()
     aptrepo.build()
+
+
+def up(inventory: Path, provision: bool = True) -> None:
+    prepare()
     start_nodes(inventory_hosts(inventory), pod_name(inventory))
     if provision:
         provision_nodes(inventory)
@@ -396,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("--pod and --hosts go together")
         names = args.hosts.split(",")
         if args.command == "up":
-            build_image()
+            prepare()
             start_nodes(names, args.pod)
         else:
             remove_nodes(names, args.pod)

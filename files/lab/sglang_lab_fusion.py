@@ -4,10 +4,11 @@ GPU; everything around it (one process per GPU, the watchdog, the verdict, the k
 role's auto/on/off switch) is the real code.
 
 Behaviour comes from /etc/lab-gpu/fusion.json (files/lab/provision.yml): {"result": "pass" | "fail"
-| "hang" | "no-ninja"}. fail returns an error far beyond bf16's; hang never returns; no-ninja fails as
-flashinfer's JIT does on a real host whose PATH lacks the venv's bin (tests/fixtures/hosts/h200x2-driver580/). Like flashinfer's JIT, it
-leaves its build under the running user's ~/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE if set),
-so the tests see whose cache the self-test fills.
+| "hang" | "no-ninja"}. fail returns an error far beyond bf16's; hang never returns; no-ninja fails
+as flashinfer's JIT does on a real host whose PATH lacks the venv's bin
+(tests/fixtures/hosts/h200x2-driver580/). Like flashinfer's JIT, it leaves its build under the
+running user's ~/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE if set), so the tests see whose
+cache the self-test fills.
 """
 import json
 import os

@@ -20,17 +20,18 @@ py=$(command -v python3)  # the venv that holds torch, as /opt/sglang/venv does 
 # SELFTEST_PATH_WITHOUT_VENV=1 gives the PATH of before, which lacked it.
 venv_bin=$(dirname "$py")
 [ "${SELFTEST_PATH_WITHOUT_VENV:-0}" = 1 ] && venv_bin=/usr/bin
-start=$(date +%s)
-runuser -u sglang -- env -i HOME=/var/lib/sglang PYTHONPATH=/tmp/site CUDA_HOME="$cuda" \
-  PATH="$venv_bin:$cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-  "$py" /usr/local/lib/sglang-fleet/fusion_selftest.py --cache-dir /var/lib/sglang-fleet/fusion-selftest \
-  --timeout 500 > "$out/selftest.json" 2> "$out/selftest.stderr"
-echo "first run: $(( $(date +%s) - start )) s" > "$out/timing.txt"
-start=$(date +%s)
-runuser -u sglang -- env -i HOME=/var/lib/sglang PYTHONPATH=/tmp/site CUDA_HOME="$cuda" \
-  PATH="$venv_bin:$cuda/bin:/usr/bin:/bin" "$py" /usr/local/lib/sglang-fleet/fusion_selftest.py \
-  --cache-dir /var/lib/sglang-fleet/fusion-selftest --timeout 500 > "$out/selftest-rerun.json"
-echo "rerun: $(( $(date +%s) - start )) s" >> "$out/timing.txt"
+# As the role runs it: the service user, its home, the unit's PATH. $1: the output's name.
+selftest() {
+  start=$(date +%s)
+  runuser -u sglang -- env -i HOME=/var/lib/sglang PYTHONPATH=/tmp/site CUDA_HOME="$cuda" \
+    PATH="$venv_bin:$cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    "$py" /usr/local/lib/sglang-fleet/fusion_selftest.py --cache-dir /var/lib/sglang-fleet/fusion-selftest \
+    --timeout 500 > "$out/$1.json" 2> "$out/$1.stderr"
+  echo "$1: $(( $(date +%s) - start )) s" >> "$out/timing.txt"
+}
+: > "$out/timing.txt"
+selftest selftest         # the first run (flashinfer's JIT compiles here)
+selftest selftest-rerun   # read from the verdict cache
 # Whose files: the JIT tree under the service home, the verdict cache, and nothing in root's home.
 find /var/lib/sglang/.cache/flashinfer -maxdepth 5 -printf '%u %y %p\n' 2>&1 | sort -k3 | head -60 > "$out/jit-tree.txt"
 find /var/lib/sglang/.cache/flashinfer -name '*.so' -printf '%u %s %p\n' 2>&1 > "$out/jit-built.txt"

@@ -7,11 +7,8 @@ import yaml
 
 from ansible.module_utils.sglang_args import lint, read_flags
 from ansible.module_utils.systemd_devices import denied, parse_ls_l
-from conftest import FIXTURES, ROOT
+from conftest import H200, ROOT, captured_nodes
 from fleet import run_playbook
-
-# A real driver-580 host (H200, Ubuntu 24.04): /proc/devices and its NVIDIA/RDMA device nodes.
-H200 = FIXTURES / "hosts/h200-driver580"
 
 
 def render(tmp_path, monkeypatch, hosts, **extravars):
@@ -27,16 +24,6 @@ def render(tmp_path, monkeypatch, hosts, **extravars):
 
 def device_allow(unit):
     return [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("DeviceAllow=")]
-
-
-def captured_nodes():
-    """The host's nodes from `stat` (dev-nodes.txt: path, type, major:minor, mode, owner)."""
-    nodes = []
-    for line in (H200 / "dev-nodes.txt").read_text().splitlines():
-        path, rest = line.split(" ", 1)
-        major, minor = rest.split()[-3].split(":")
-        nodes.append((path, "c" if "character" in rest else "b", int(major), int(minor)))
-    return nodes
 
 
 def exec_start(unit):

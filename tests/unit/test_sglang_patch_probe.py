@@ -43,25 +43,27 @@ def test_only_the_missing_methods_are_added(site_packages):
     assert "def set_embed_and_head" in block and "def set_eagle3_layers_to_capture" in block
 
 
+def inserted(entry, block):
+    """The target file with `block` (lines ending in a newline) put where blockinfile puts it."""
+    lines = open(entry["path"]).read().splitlines(True)
+    anchor = entry["insertafter"] or entry["insertbefore"]
+    at = probe_mod.find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
+    return "".join(lines[:at]) + block + "".join(lines[at:])
+
+
 def test_the_blocks_compile_where_they_go(site_packages):
     site = site_packages()
     for entry in plan(site)[0]["patches"]:
-        lines = open(entry["path"]).read().splitlines(True)
-        anchor = entry["insertafter"] or entry["insertbefore"]
-        at = probe_mod.find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
-        patched = "".join(lines[:at]) + entry["block"] + "\n" + "".join(lines[at:])
-        compile(patched, entry["path"], "exec")
+        compile(inserted(entry, entry["block"] + "\n"), entry["path"], "exec")
 
 
 def write_blocks(site, settings=SETTINGS):
     """Every block written as blockinfile writes it (markers, block, newline), at its anchor."""
     for entry in probe_mod.probe(str(site), ALL, settings)[0]["patches"]:
-        lines = open(entry["path"]).read().splitlines(True)
-        anchor = entry["insertafter"] or entry["insertbefore"]
-        at = probe_mod.find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
         block = "".join(line + "\n" for line in [entry["marker"].replace("{mark}", "BEGIN"), entry["block"],
                                                  entry["marker"].replace("{mark}", "END")])
-        open(entry["path"], "w").write("".join(lines[:at]) + block + "".join(lines[at:]))
+        text = inserted(entry, block)
+        open(entry["path"], "w").write(text)
 
 
 def test_a_block_in_place_is_applied_and_one_from_other_settings_is_rewritten(site_packages):

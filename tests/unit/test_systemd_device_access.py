@@ -1,19 +1,8 @@
 """The module's check on a real driver-580 host's capture: /proc/devices read and resolved once."""
-from conftest import FIXTURES
+from conftest import H200, captured_nodes
 
 import systemd_device_access as module
 from ansible.module_utils.systemd_devices import parse_proc_devices
-
-H200 = FIXTURES / "hosts/h200-driver580"
-
-
-def captured_nodes():
-    nodes = []
-    for line in (H200 / "dev-nodes.txt").read_text().splitlines():
-        path, rest = line.split(" ", 1)
-        major, minor = rest.split()[-3].split(":")
-        nodes.append((path, "c" if "character" in rest else "b", int(major), int(minor)))
-    return nodes
 
 
 def check(allow):
