@@ -40,6 +40,7 @@ class HostResult:
     facts: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
     changed_tasks: list = field(default_factory=list)
+    results: list = field(default_factory=list)  # (task name, result) of every task that ran, in order
 
 
 @dataclass
@@ -102,6 +103,7 @@ def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | lis
                                          if k.startswith(FACT_PREFIXES)})
                 if res.get("changed"):
                     result.changed_tasks.append(data.get("task"))
+                result.results.append((data.get("task"), res))
             elif event["event"] in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
                 result.failures.append({"task": data.get("task"), "msg": res.get("msg", "")})
         stats = runner.stats or {}
@@ -158,15 +160,24 @@ def describe_fusion(facts: dict) -> str:
     return "off (switched off)" if fusion.get("switch") == "off" else "off: self-test %s" % fusion.get("selftest")
 
 
+def describe_models(facts: dict) -> str:
+    """'fetched 1, verified 1': what the model stage found or did, per model."""
+    models = facts.get("sglang_model_report")
+    if not models:
+        return "-"
+    states = [m.get("state", "?") for m in models]
+    return ", ".join("%s %d" % (state, states.count(state)) for state in sorted(set(states)))
+
+
 def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
-             "FUSION", "SERVER")]
+             "MODELS", "FUSION", "SERVER")]
     for host, r in run.hosts.items():
         f = r.facts
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
-                     describe_patches(f)[0], describe_flash_attn(f), describe_patches(f)[1], describe_fusion(f),
+                     describe_patches(f)[0], describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
                      str(f.get("sglang_verify_status") or f.get("sglang_server_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -176,6 +187,10 @@ def report(run: PlaybookRun) -> str:
         fusion = r.facts.get("sglang_server_fusion") or {}
         if fusion.get("switch") == "auto" and fusion.get("enabled") in (False, "False", "false"):
             lines.append("  i %s: serves without allreduce fusion: %s" % (host, fusion.get("reason")))
+        for model in r.facts.get("sglang_model_report") or []:
+            for path, why in (model.get("problems") or {}).items():
+                lines.append("  i %s: %s: %s was %s; fetched again%s" % (
+                    host, model["repo_id"], path, why, " from " + model["from"] if model.get("from") else ""))
         for failure in r.failures:
             lines.append("  ! %s: %s: %s" % (host, failure["task"], failure["msg"]))
     if not run.hosts:

@@ -22,6 +22,8 @@ convention, inventory/lab/group_vars/all.yml), and nothing they send can leave 1
 The connection: the controller reaches a node with plain OpenSSH as `ubuntu`, through a
 ProxyCommand that runs `sshd -i` inside the container (`podman exec -i`): a real SSH session
 over a pipe, checked against the known_hosts file written here from each node's own host key.
+The Hub: each pod also runs files/lab/hub_fixture.py on 127.0.2.1:8080 (its own container), the
+model stage's source; its byte counts are in /run/hub-stats.json inside that container.
 
 Lab only: nothing in roles/ or playbooks/ uses this file.
 """
@@ -54,6 +56,10 @@ WHEELHOUSE = ROOT / ".cache/lab-wheelhouse"
 # The lab's SSH client key and known_hosts (inventory/lab/group_vars/all.yml points ssh at them).
 SSH_DIR = ROOT / ".cache/lab-ssh"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
+# The lab Hub's address in every pod (inventory/lab/group_vars/all.yml: sglang_model_hf_endpoint), and
+# its uplink: the site's link to the Hub, shared by every host that fetches from it.
+HUB_ADDRESS = "127.0.2.1:8080"
+HUB_RATE_MB = 8
 
 
 def log(msg: str) -> None:
@@ -308,6 +314,25 @@ def start_nodes(names: list[str], pod: str) -> None:
     wait_booted(names)
     for name in names:
         authorize(name)
+    start_hub(pod)
+
+
+def hub_name(pod: str) -> str:
+    return f"{pod}-hub"
+
+
+def start_hub(pod: str) -> None:
+    """The fleet's stand-in for the Hugging Face Hub (files/lab/hub_fixture.py) on HUB_ADDRESS in the pod."""
+    name = hub_name(pod)
+    if running_current(name, pod):
+        return
+    podman("rm", "-f", name, check=False)
+    log(f"starting {name} on http://{HUB_ADDRESS}")
+    host, port = HUB_ADDRESS.split(":")
+    podman("run", "-d", "--name", name, "--label", LABEL, "--pod", pod,
+           "--volume", f"{ROOT / 'files/lab'}:/srv/lab-files:ro", IMAGE_CURRENT,
+           "python3", "/srv/lab-files/hub_fixture.py", "--address", host, "--port", port,
+           "--rate-mb", str(HUB_RATE_MB), "--stats", "/run/hub-stats.json")
 
 
 def prepare() -> None:
@@ -354,7 +379,7 @@ def remove_nodes(names: list[str], pod: str | None) -> None:
     for name in pods:
         left = podman("ps", "-a", "--filter", f"pod={name}", "--format", "{{.Names}} {{.IsInfra}}", check=False)
         if podman("pod", "exists", name, check=False).returncode == 0 and \
-                all(line.endswith("true") for line in left.stdout.splitlines()):
+                all(line.endswith("true") or line.split()[0] == hub_name(name) for line in left.stdout.splitlines()):
             log(f"removing pod {name}")
             podman("pod", "rm", "-f", name)
 

@@ -9,6 +9,8 @@ FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server E
                                    + [{"status": "upstream"}]},
          "flash_attn_action": "installed from cache", "flash_attn_version_installed": "2.8.3+build.ddabe0ba14fe",
          "sglang_server_status": "healthy, known answer right (41.2s)",
+         "sglang_model_report": [{"repo_id": "nvidia/Kimi-K2.5-NVFP4", "state": "verified", "problems": {}},
+                                 {"repo_id": "lightseekorg/kimi-k2.5-eagle3", "state": "verified", "problems": {}}],
          "sglang_server_fusion": {"enabled": True, "switch": "auto", "selftest": "pass",
                                   "reason": "self-test pass: max error 0.03125 within tolerance"}}
 
@@ -21,10 +23,10 @@ def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
     lines = report(run).splitlines()
     assert lines[1] == "Fleet report: site.yml, 2 host(s), failed"
     assert lines[2].split() == ["HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG",
-                                "FLASH-ATTN", "PATCHES", "FUSION", "SERVER"]
+                                "FLASH-ATTN", "PATCHES", "MODELS", "FUSION", "SERVER"]
     assert "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (cc 12.0)  120    580.95.05  13.0.88  0.5.9" in lines[3]
     assert "0.5.9   2.8.3 installed from cache  4 applied" in lines[3]
-    assert "4 applied, 1 upstream  on (self-test pass)  healthy, known answer right (41.2s)" in lines[3]
+    assert "4 applied, 1 upstream  verified 2  on (self-test pass)  healthy, known answer right (41.2s)" in lines[3]
     assert lines[4].split()[:4] == ["gpu-2", "4", "0", "1"]
     assert lines[5] == "  ! gpu-2: The host fits the fleet profile: gpu-2 does not fit the GPU profile: GPU count"
     assert lines[6] == "  1 host(s) ok, 1 failed; 0 change(s) in all"
@@ -51,3 +53,15 @@ def test_a_host_serving_without_fusion_says_why():
     assert "off: self-test fail" in lines[3] and "off (switched off)" in lines[4]
     assert lines[5] == ("  i gpu-1: serves without allreduce fusion: self-test fail: fused result differs from NCCL "
                         "all-reduce + add + RMSNorm: max error 0.75")
+
+
+def test_a_repaired_model_file_is_named_with_where_it_came_from():
+    models = [{"repo_id": "nvidia/Kimi-K2.5-NVFP4", "state": "repaired", "from": "gpu-1",
+               "problems": {"model-00007-of-00119.safetensors": "sha256 mismatch"}},
+              {"repo_id": "lightseekorg/kimi-k2.5-eagle3", "state": "verified", "problems": {}}]
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "gpu-2": HostResult(ok=80, changed=3, facts=dict(FACTS, sglang_model_report=models))}))
+    lines = text.splitlines()
+    assert "repaired 1, verified 1" in lines[3]
+    assert lines[4] == ("  i gpu-2: nvidia/Kimi-K2.5-NVFP4: model-00007-of-00119.safetensors was sha256 mismatch; "
+                        "fetched again from gpu-1")

@@ -1,0 +1,182 @@
+"""The model stage over four lab nodes and the lab Hub, read through ansible-runner's per-host results
+and the Hub's own byte counts."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet import report, run_playbook
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "files/lab"))
+import hub_fixture  # noqa: E402
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+MANIFESTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "models"
+HOSTS = ["model-gpu-%d" % i for i in range(1, 5)]
+HUB = "sglang-fleet-molecule-sglang_model-hub"
+PLAYBOOK = ROOT / "playbooks/model.yml"
+DIRS = {"lab-org/Kimi-K2.5-NVFP4-lab": "/models/lab-org/Kimi-K2.5-NVFP4-lab",
+        "lab-org/kimi-k2.5-eagle3-lab": "/models/lab-org/kimi-k2.5-eagle3-lab"}
+SHARD = "model-00001-of-00002.safetensors"
+SHARD_PATH = DIRS["lab-org/Kimi-K2.5-NVFP4-lab"] + "/" + SHARD
+SIZES = {repo: sum(len(data) for data in hub_fixture.REPOS[repo].values()) for repo in DIRS}
+
+
+def sh(node, script):
+    return subprocess.run(["podman", "exec", node, "sh", "-c", script], capture_output=True, text=True)
+
+
+def hub_served():
+    stats = json.loads(subprocess.run(["podman", "exec", HUB, "cat", "/run/hub-stats.json"], check=True,
+                                      capture_output=True, text=True).stdout)
+    return {repo: stats["by_repo"].get(repo, 0) for repo in DIRS}
+
+
+def truth(repo):
+    return {path: hashlib.sha256(data).hexdigest() for path, data in hub_fixture.REPOS[repo].items()}
+
+
+def on_disk(node, directory):
+    out = sh(node, "cd %s && sha256sum -- *" % directory).stdout
+    return {line.split(None, 1)[1].strip().lstrip("*"): line.split()[0] for line in out.splitlines()}
+
+
+def sync_results(run, host):
+    """sglang_model_sync's results: its own task's, or a background job's as its watch returned it."""
+    found = []
+    for _, res in run.hosts[host].results:
+        res = res["result"] if isinstance(res.get("result"), dict) and res["result"] else res
+        if "hashed_bytes" in res:
+            found.append(res)
+    return found
+
+
+def messages(run, host, task):
+    return [res.get("msg", "") for name, res in run.hosts[host].results if name == task]
+
+
+def test_the_converge_fetched_each_model_once_for_the_whole_fleet_and_every_host_verified_it():
+    assert hub_served() == SIZES  # the Hub sent each model's bytes exactly once, for four hosts
+    for repo, directory in DIRS.items():
+        for node in HOSTS:
+            assert on_disk(node, directory) == truth(repo), node
+            assert sh(node, "test -f %s/.sglang-fleet-model.json" % directory).returncode == 0
+        saved = json.loads((MANIFESTS / ("%s@%s.json" % (repo.replace("/", "--"), hub_fixture.Hub(0, None)
+                                                           .repos[repo].commit))).read_text())
+        assert {f["path"]: f["sha256"] for f in saved["files"]} == truth(repo)
+        assert saved["total_size"] == SIZES[repo]
+
+
+def test_a_rerun_copies_nothing_and_hashes_nothing():
+    before = hub_served()
+    run = run_playbook(PLAYBOOK, INVENTORY)
+    assert run.rc == 0
+    for node in HOSTS:
+        assert run.hosts[node].changed == 0, run.hosts[node].changed_tasks
+        results = sync_results(run, node)
+        assert len(results) == 2
+        assert all(r["state"] == "verified" and r["hashed_bytes"] == 0 and r["fetched_bytes"] == 0 for r in results)
+    assert hub_served() == before
+    assert "verified 2" in report(run)
+
+
+def test_check_mode_finds_a_flipped_byte_and_writes_nothing():
+    flip = "python3 -c \"f=open('%s','r+b'); f.seek(4096); b=f.read(1); f.seek(4096); f.write(bytes([b[0]^255]))\""
+    assert sh("model-gpu-3", flip % SHARD_PATH).returncode == 0
+    corrupted = on_disk("model-gpu-3", DIRS["lab-org/Kimi-K2.5-NVFP4-lab"])[SHARD]
+    assert corrupted != truth("lab-org/Kimi-K2.5-NVFP4-lab")[SHARD]
+    before = hub_served()
+    run = run_playbook(PLAYBOOK, INVENTORY, check=True, diff=True)
+    assert run.rc == 0
+    assert run.hosts["model-gpu-3"].changed > 0
+    assert [run.hosts[n].changed for n in HOSTS if n != "model-gpu-3"] == [0, 0, 0]
+    assert on_disk("model-gpu-3", DIRS["lab-org/Kimi-K2.5-NVFP4-lab"])[SHARD] == corrupted
+    assert sh("model-gpu-3", "ls -A /models/lab-org").stdout.split() == ["Kimi-K2.5-NVFP4-lab", "kimi-k2.5-eagle3-lab"]
+    assert hub_served() == before
+    for node in HOSTS:  # no host served its copy
+        assert sh(node, "systemctl is-active sglang-fleet-model-peer.service").stdout.strip() != "active"
+
+
+def test_the_flipped_byte_is_repaired_from_a_peer_and_the_run_says_which_file():
+    before = hub_served()
+    run = run_playbook(PLAYBOOK, INVENTORY)
+    assert run.rc == 0
+    (repaired,) = [r for r in sync_results(run, "model-gpu-3") if r["state"] == "repaired"]
+    assert repaired["state"] == "repaired" and repaired["problems"] == {SHARD: "sha256 mismatch"}
+    assert repaired["fetched_bytes"] == len(hub_fixture.REPOS["lab-org/Kimi-K2.5-NVFP4-lab"][SHARD])
+    said = " ".join(messages(run, "model-gpu-3", "What is missing or wrong is said, file by file"))
+    assert SHARD + ": sha256 mismatch" in said
+    text = report(run)
+    assert "model-gpu-3: lab-org/Kimi-K2.5-NVFP4-lab: %s was sha256 mismatch; fetched again from model-gpu-" % SHARD \
+        in text
+    assert hub_served() == before  # copied from a peer, not from the Hub
+    assert on_disk("model-gpu-3", DIRS["lab-org/Kimi-K2.5-NVFP4-lab"]) == truth("lab-org/Kimi-K2.5-NVFP4-lab")
+    for node in HOSTS:  # the copy server is gone, and its token with it
+        assert sh(node, "systemctl is-active sglang-fleet-model-peer.service").stdout.strip() != "active"
+        assert sh(node, "test -e /run/sglang-fleet-model-peer.env").returncode != 0
+    again = run_playbook(PLAYBOOK, INVENTORY)
+    assert again.rc == 0 and again.changed == 0
+
+
+BAD = "/models/lab-org/bad"
+
+
+@pytest.mark.parametrize("model, extra, message", [
+    ({"repo_id": "lab-org/Kimi-K2.5-NVFP4-lab", "revision": "0" * 40}, {},
+     "revision 0000000000000000000000000000000000000000 of lab-org/Kimi-K2.5-NVFP4-lab does not exist on the Hub"),
+    ({"repo_id": "lab-org/Kimi-K2.5-NVFP4-lab", "revision": "main"}, {},
+     'revision "main" is not a commit id (40 hex digits); pin the commit you validated'),
+    ({"repo_id": "lab-org/gated-lab", "revision": hub_fixture.Hub(0, None).repos["lab-org/gated-lab"].commit}, {},
+     "lab-org/gated-lab is gated or private and no token was given: set sglang_model_hf_token"),
+    ({"repo_id": "lab-org/Kimi-K2.5-NVFP4-lab", "revision": "91478695b0600d7b2a2610b592a4333187ac85c2"},
+     {"sglang_model_free_margin_gb": 1000000}, "not enough disk for lab-org/Kimi-K2.5-NVFP4-lab"),
+], ids=["missing-revision", "branch-not-commit", "gated-without-token", "disk-full"])
+def test_bad_input_fails_with_a_clear_message_and_writes_no_model(model, extra, message, tmp_path):
+    before = hub_served()
+    # A fresh manifest directory: the learning path, which is the one that meets the source first.
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars=dict(extra, sglang_model_models=[dict(model, dir=BAD)],
+                                                           sglang_model_manifest_dir=str(tmp_path)))
+    assert run.rc != 0
+    said = " ".join(f["msg"] for h in run.hosts.values() for f in h.failures)
+    assert message in said, said
+    for node in HOSTS:
+        assert sh(node, "ls -A /models/lab-org").stdout.split() == ["Kimi-K2.5-NVFP4-lab", "kimi-k2.5-eagle3-lab"]
+    assert hub_served() == before
+    assert list(tmp_path.iterdir()) == []
+
+
+def spread(distribution, capsys):
+    for node in HOSTS:
+        assert sh(node, "rm -rf /models/lab-org").returncode == 0
+    before = hub_served()
+    started = time.monotonic()
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars={"sglang_model_distribution": distribution})
+    seconds = time.monotonic() - started
+    assert run.rc == 0
+    served = {repo: hub_served()[repo] - before[repo] for repo in DIRS}
+    for repo, directory in DIRS.items():
+        for node in HOSTS:
+            assert on_disk(node, directory) == truth(repo), node
+    with capsys.disabled():
+        print("\n    model spread over %d nodes, %s: %.1f s, the Hub served %s bytes (%s)"
+              % (len(HOSTS), distribution, seconds, sum(served.values()),
+                 ", ".join("%s %d" % (repo, n) for repo, n in served.items())))
+    return run, served, seconds
+
+
+def test_the_fleet_spread_fetches_once_where_independent_downloads_fetch_four_times(capsys):
+    fleet, fleet_served, _ = spread("fleet", capsys)
+    assert fleet_served == SIZES
+    sources = {res.get("msg", "") for h in HOSTS for name, res in fleet.hosts[h].results if name == "What changed is said"}
+    assert sum("from http://127.0.2.1:8080" in m for m in sources) == len(DIRS)  # one host per model
+    assert sum(" from model-gpu-" in m for m in sources) == len(DIRS) * (len(HOSTS) - 1)
+    progress = [m for h in HOSTS for m in messages(fleet, h, "Progress")]
+    assert any("fetching" in m and "%)" in m and "(100%)" not in m for m in progress), progress
+    per_host, per_host_served, _ = spread("per_host", capsys)
+    assert per_host_served == {repo: size * len(HOSTS) for repo, size in SIZES.items()}
