@@ -147,6 +147,8 @@ class Progress:
 
     def __init__(self, path, total, phase):
         self.path, self.total, self.phase = path, total, phase
+        if path:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         self.done, self.file, self.started, self.last = 0, "", time.time(), 0.0
 
     def add(self, nbytes, file=None, force=False):

@@ -126,7 +126,10 @@ def main():
         except OSError:
             pass
         if result.get("failed") or "state" not in result:
-            module.fail_json(msg=result.get("msg") or "the background job ended without a result: %s" % result,
+            # A crash leaves no msg, only the exception's (ansible-core 2.19 nests it).
+            crash = ((result.get("exception") or {}).get("event") or {}).get("msg") \
+                if isinstance(result.get("exception"), dict) else result.get("exception")
+            module.fail_json(msg=result.get("msg") or "the background job crashed: %s" % (crash or result),
                              finished=True, progress=line)
     module.exit_json(changed=bool(result.get("changed")), finished=finished, done=progress.get("done", 0),
                      total=progress.get("total", 0), result=result, msg=line)

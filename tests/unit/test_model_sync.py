@@ -323,3 +323,11 @@ def test_hosts_that_hold_a_verified_copy_are_the_first_sources_and_per_host_fetc
     assert list(wave) == ["h3"] and wave["h3"] in ("h1", "h2", "h4")
     assert sglang_model_waves([], ["h1"], "fleet", 2) == []
     assert sglang_model_waves(["h1", "h2"], [], "per_host", 2) == [{"h1": "origin", "h2": "origin"}]
+
+
+def test_progress_goes_to_a_directory_that_need_not_exist_yet(hub, tmp_path):
+    progress = tmp_path / "run/sglang-fleet-model/kimi.progress"
+    sglang_model_sync.run(params(hub, tmp_path / "Kimi", progress_file=str(progress)), check_mode=False)
+    done = json.loads(progress.read_text())
+    assert done["done"] == done["total"] == sum(len(d) for d in hub_fixture.REPOS[KIMI].values())
+    assert oct(progress.parent.stat().st_mode & 0o777) == "0o700"

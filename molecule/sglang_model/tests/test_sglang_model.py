@@ -61,8 +61,11 @@ def messages(run, host, task):
     return [res.get("msg", "") for name, res in run.hosts[host].results if name == task]
 
 
-def test_the_converge_fetched_each_model_once_for_the_whole_fleet_and_every_host_verified_it():
-    assert hub_served() == SIZES  # the Hub sent each model's bytes exactly once, for four hosts
+def test_the_converge_fetched_each_model_once_for_the_whole_fleet_and_every_host_verified_it(capsys):
+    served = hub_served()
+    with capsys.disabled():
+        print("\n    converge over %d nodes: the Hub served %s; the models hold %s" % (len(HOSTS), served, SIZES))
+    assert served == SIZES  # the Hub sent each model's bytes exactly once, for four hosts
     for repo, directory in DIRS.items():
         for node in HOSTS:
             assert on_disk(node, directory) == truth(repo), node
@@ -103,7 +106,7 @@ def test_check_mode_finds_a_flipped_byte_and_writes_nothing():
         assert sh(node, "systemctl is-active sglang-fleet-model-peer.service").stdout.strip() != "active"
 
 
-def test_the_flipped_byte_is_repaired_from_a_peer_and_the_run_says_which_file():
+def test_the_flipped_byte_is_repaired_from_a_peer_and_the_run_says_which_file(capsys):
     before = hub_served()
     run = run_playbook(PLAYBOOK, INVENTORY)
     assert run.rc == 0
@@ -116,6 +119,9 @@ def test_the_flipped_byte_is_repaired_from_a_peer_and_the_run_says_which_file():
     assert "model-gpu-3: lab-org/Kimi-K2.5-NVFP4-lab: %s was sha256 mismatch; fetched again from model-gpu-" % SHARD \
         in text
     assert hub_served() == before  # copied from a peer, not from the Hub
+    with capsys.disabled():
+        print("\n    repair: " + next(line.strip() for line in text.splitlines() if "fetched again" in line)
+              + "; %d bytes copied, the Hub served 0" % repaired["fetched_bytes"])
     assert on_disk("model-gpu-3", DIRS["lab-org/Kimi-K2.5-NVFP4-lab"]) == truth("lab-org/Kimi-K2.5-NVFP4-lab")
     for node in HOSTS:  # the copy server is gone, and its token with it
         assert sh(node, "systemctl is-active sglang-fleet-model-peer.service").stdout.strip() != "active"
