@@ -331,3 +331,32 @@ def test_progress_goes_to_a_directory_that_need_not_exist_yet(hub, tmp_path):
     done = json.loads(progress.read_text())
     assert done["done"] == done["total"] == sum(len(d) for d in hub_fixture.REPOS[KIMI].values())
     assert oct(progress.parent.stat().st_mode & 0o777) == "0o700"
+
+
+# --- on a real host ----------------------------------------------------------------------------------
+
+REAL = ROOT / "tests/fixtures/hosts/h200-driver580/model-sync"
+
+
+def real_run(name):
+    run = json.loads((REAL / name / "model_sync.json").read_text())
+    return run, {s["step"].split(" (")[0]: s for s in run["steps"]}
+
+
+def test_on_a_real_host_the_stamp_spares_the_hashing_and_a_flipped_byte_is_found_and_named():
+    run, steps = real_run("four-at-a-time")
+    assert run["python"].startswith("3.12") and run["model_bytes"] > 10e9
+    assert run["quick_verify"] == {"problems": {}, "hashed_bytes": 0}
+    assert steps["verify by stamp"]["seconds"] < 0.5
+    assert run["full_verify"]["problems"] == {} and run["full_verify"]["hashed_bytes"] >= run["model_bytes"]
+    assert run["flipped"]["problems"] == {run["flipped"]["file"]: "sha256 mismatch"}
+    assert run["flipped"]["hashed_bytes"] < run["model_bytes"] / 4  # only the file whose mtime moved
+    assert run["peer_refused_without_token"] and run["stamp"]
+
+
+def test_on_a_real_host_four_files_at_a_time_verify_and_copy_faster_than_one():
+    _, one = real_run("one-file-at-a-time")
+    _, four = real_run("four-at-a-time")
+    assert model_sync.WORKERS == 4
+    for name in ("verify by hashing", "fetch from a peer over HTTP", "fetch from the directory, verified"):
+        assert four[name]["gb_per_s"] > 2 * one[name]["gb_per_s"], name
