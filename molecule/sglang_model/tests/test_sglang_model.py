@@ -130,6 +130,28 @@ def test_the_flipped_byte_is_repaired_from_a_peer_and_the_run_says_which_file(ca
     assert again.rc == 0 and again.changed == 0
 
 
+def test_a_gated_model_with_its_token_is_fetched_and_the_token_is_nowhere_in_the_output(tmp_path):
+    gated = {"repo_id": "lab-org/gated-lab", "revision": hub_fixture.Hub(0, None).repos["lab-org/gated-lab"].commit,
+             "dir": "/models/lab-org/gated"}
+    extra = tmp_path / "vars.json"  # the token reaches ansible-playbook in a file, as a vaulted variable would
+    extra.write_text(json.dumps({"sglang_model_models": [gated], "sglang_model_hf_token": hub_fixture.GATED_TOKEN,
+                                 "sglang_model_manifest_dir": str(tmp_path / "manifests")}))
+    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", INVENTORY,
+                          "-e", "@" + str(extra), str(PLAYBOOK)], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
+    try:
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert "lab-org/gated-lab fetched" in run.stdout
+        assert hub_fixture.GATED_TOKEN not in run.stdout + run.stderr
+        for node in HOSTS:
+            assert on_disk(node, gated["dir"]) == truth("lab-org/gated-lab")
+            journal = sh(node, "journalctl --no-pager -o cat; ps -eo args").stdout
+            assert hub_fixture.GATED_TOKEN not in journal
+    finally:
+        for node in HOSTS:
+            sh(node, "rm -rf %s" % gated["dir"])
+
+
 BAD = "/models/lab-org/bad"
 
 
