@@ -155,8 +155,7 @@ class Progress:
         if path:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         self.done, self.file, self.started, self.last = 0, "", time.time(), 0.0
-
-    lock = threading.Lock()
+        self.lock = threading.Lock()  # files are hashed and fetched in parallel
 
     def add(self, nbytes, file=None, force=False):
         with self.lock:
@@ -178,16 +177,24 @@ class Progress:
             os.replace(partial, self.path)
 
 
-def sha256_of(path, progress=None):
-    digest = hashlib.sha256()
+def git_blob(size):
+    """A git blob id in the making: sha1 over a header, then the content."""
+    return hashlib.sha1(b"blob %d\0" % size)
+
+
+def _read_into(path, hashers, progress=None):
+    """Feed a file to each hasher in one read."""
     with open(path, "rb") as handle:
-        while True:
-            chunk = handle.read(CHUNK)
-            if not chunk:
-                break
-            digest.update(chunk)
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            for hasher in hashers:
+                hasher.update(chunk)
             if progress:
                 progress.add(len(chunk))
+
+
+def sha256_of(path, progress=None):
+    digest = hashlib.sha256()
+    _read_into(path, [digest], progress)
     return digest.hexdigest()
 
 
@@ -199,13 +206,26 @@ def read_stamp(dest):
         return {}
 
 
-def write_stamp(dest, manifest):
+def stamp_files(dest, manifest):
+    """What a stamp records of each file: [size, mtime_ns]."""
     files = {}
     for entry in manifest["files"]:
         st = os.stat(os.path.join(dest, entry["path"]))
         files[entry["path"]] = [st.st_size, st.st_mtime_ns]
+    return files
+
+
+def stamp_is_fresh(dest, manifest):
+    """The stamp vouches for this manifest and for every file as it is now."""
+    stamp = read_stamp(dest)
+    return (stamp.get("manifest_sha256") == manifest_digest(manifest)
+            and stamp.get("files") == stamp_files(dest, manifest))
+
+
+def write_stamp(dest, manifest):
     stamp = {"repo_id": manifest["repo_id"], "revision": manifest["revision"],
-             "manifest_sha256": manifest_digest(manifest), "files": files, "verified_at": int(time.time())}
+             "manifest_sha256": manifest_digest(manifest), "files": stamp_files(dest, manifest),
+             "verified_at": int(time.time())}
     partial = os.path.join(dest, STAMP + ".part")
     with open(partial, "w") as handle:
         json.dump(stamp, handle, indent=1)
@@ -245,13 +265,8 @@ def inspect(dest, manifest, full=False, progress_file=None):
 
 def hashes_of(path, size, progress=None):
     """(sha256, git blob sha1) of a file in one read."""
-    digest, blob = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(chunk)
-            blob.update(chunk)
-            if progress:
-                progress.add(len(chunk))
+    digest, blob = hashlib.sha256(), git_blob(size)
+    _read_into(path, [digest, blob], progress)
     return digest.hexdigest(), blob.hexdigest()
 
 
@@ -305,7 +320,6 @@ class Source:
             raise ModelError("cannot reach %s for %s: %s" % (self.describe(), path, getattr(err, "reason", err)))
         return response, (offset if response.status == 206 else 0)
 
-
     def _connect(self, url, offset):
         """A peer's copy server may be a moment from listening when its first client comes: retry that."""
         deadline = time.time() + (PEER_START_SECONDS if self.kind == "peer" else 0)
@@ -329,19 +343,17 @@ def _download(source, entry, partial, progress):
         offset = 0
 
     def fresh():
-        return hashlib.sha256(), (None if entry.get("sha256") else hashlib.sha1(b"blob %d\0" % entry["size"]))
+        return hashlib.sha256(), (None if entry.get("sha256") else git_blob(entry["size"]))
 
     digest, blob = fresh()
+    hashers = [h for h in (digest, blob) if h]
     if offset:
-        with open(partial, "rb") as handle:
-            for chunk in iter(lambda: handle.read(CHUNK), b""):
-                digest.update(chunk)
-                if blob:
-                    blob.update(chunk)
+        _read_into(partial, hashers)
     if offset < entry["size"]:
         stream, start = source.open(entry["path"], offset)
         if start != offset:  # the source cannot resume: start over
             digest, blob = fresh()
+            hashers = [h for h in (digest, blob) if h]
             progress.add(-offset)
             offset = 0
         progress.add(0, entry["path"], force=True)
@@ -354,9 +366,8 @@ def _download(source, entry, partial, progress):
                 if not chunk:
                     break
                 out.write(chunk)
-                digest.update(chunk)
-                if blob:
-                    blob.update(chunk)
+                for hasher in hashers:
+                    hasher.update(chunk)
                 progress.add(len(chunk))
     return digest.hexdigest(), blob.hexdigest() if blob else None
 
@@ -406,6 +417,7 @@ def fetch(source, manifest, dest, wanted, progress_file=None, margin=0, free=fre
                          % (manifest["repo_id"], need / 1e9, margin / 1e9, available / 1e9,
                             os.path.dirname(dest.rstrip("/"))))
     progress = Progress(progress_file, sum(e["size"] for e in entries), "fetching")
+
     def one(entry):
         partial = os.path.join(staging, entry["path"])
         os.makedirs(os.path.dirname(partial), exist_ok=True)

@@ -78,25 +78,15 @@ msg:
   sample: "compiled 57/73 objects (78%), 23m10s elapsed"
 """
 
-import json
 import os
 import re
 import time
 
+from ansible.module_utils.async_job import job_finished
 from ansible.module_utils.basic import AnsibleModule
 
 # pip --verbose indents its build output.
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\] ", re.MULTILINE)
-
-
-def job_finished(results_file):
-    """The async wrapper writes {"started": 1, "finished": 0} until the job ends."""
-    try:
-        with open(results_file) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return False  # not written yet, or being replaced
-    return "started" not in data or bool(data.get("finished"))
 
 
 def progress(text):

@@ -126,8 +126,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.model_sync import (COMMIT, ModelError, Source, check_manifest, completed, dir_manifest,
-                                             fetch, hub_manifest, inspect, manifest_digest,
-                                             read_stamp, write_stamp)
+                                             fetch, hub_manifest, inspect, stamp_is_fresh, write_stamp)
 
 
 def run(params, check_mode):
@@ -165,12 +164,8 @@ def run(params, check_mode):
     if not problems:
         if any(not entry.get("sha256") for entry in manifest["files"]):
             manifest = completed(manifest, dest)
-        stamp = read_stamp(dest)
         # Hashing vouched for files the stamp did not (touched, or no stamp yet): record that.
-        fresh = stamp.get("manifest_sha256") == manifest_digest(manifest) and all(
-            stamp.get("files", {}).get(e["path"]) == [os.stat(os.path.join(dest, e["path"])).st_size,
-                                                       os.stat(os.path.join(dest, e["path"])).st_mtime_ns]
-            for e in manifest["files"])
+        fresh = stamp_is_fresh(dest, manifest)
         if not fresh and not check_mode:
             write_stamp(dest, manifest)
         return dict(result, changed=not fresh, state="verified", fetched_bytes=0, manifest=manifest,

@@ -62,25 +62,11 @@ msg:
   sample: "fetching 12.6 of 54.5 GB (23%), model-00003-of-00119.safetensors, 1.1 GB/s, 11s elapsed"
 """
 
-import json
 import os
 import time
 
+from ansible.module_utils.async_job import job_finished, read_json
 from ansible.module_utils.basic import AnsibleModule
-
-
-def read_json(path):
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
-def job_finished(results_file):
-    """The async wrapper writes {"started": 1, "finished": 0} until the job ends."""
-    data = read_json(results_file)
-    return data is not None and ("started" not in data or bool(data.get("finished")))
 
 
 def size(nbytes):

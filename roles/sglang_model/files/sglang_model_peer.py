@@ -5,8 +5,9 @@
 
 The config: {"address": ..., "port": ..., "dir": ..., "files": [paths]}. Only the listed files of a
 verified copy are served, to requests that carry the run's bearer token. Both come from the
-environment, which systemd reads from a root-only file: never from the command line. GET and HEAD, with Range for resumed copies.
-The copies verify every byte against the manifest, so this server needs no trust beyond the token.
+environment, which systemd reads from a root-only file: never from the command line. GET and
+HEAD, with Range for resumed copies. The copies verify every byte against the manifest, so this
+server needs no trust beyond the token.
 """
 import base64
 import hmac
