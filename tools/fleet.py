@@ -177,7 +177,7 @@ def report(run: PlaybookRun) -> str:
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
-                     describe_patches(f)[0], describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f),
+                     str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
                      str(f.get("sglang_verify_status") or f.get("sglang_server_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -191,8 +191,10 @@ def report(run: PlaybookRun) -> str:
             for path, why in (model.get("problems") or {}).items():
                 lines.append("  i %s: %s: %s was %s; fetched again%s" % (
                     host, model["repo_id"], path, why, " from " + model["from"] if model.get("from") else ""))
-        for failure in r.failures:
-            lines.append("  ! %s: %s: %s" % (host, failure["task"], failure["msg"]))
+        # A rescued failure that a later one repeats (the gate's, inside the rollback's) is said once.
+        for i, failure in enumerate(r.failures):
+            if not any(failure["msg"] and failure["msg"] in later["msg"] for later in r.failures[i + 1:]):
+                lines.append("  ! %s: %s: %s" % (host, failure["task"], failure["msg"]))
     if not run.hosts:
         lines.append("  ! ansible-playbook ended (rc=%s) before any host ran: see its output above" % run.rc)
     lines.append("  %d host(s) ok, %d failed; %d change(s) in all"

@@ -148,18 +148,20 @@ def fetch_sdist(project: str, version: str, dest: Path) -> Path:
     return target
 
 
-def build_sgl_kernel_wheel(dest: Path, version: str, tag: str) -> Path:
+def build_sgl_kernel_wheel(dest: Path, version: str, tag: str, server_mode: str = "") -> Path:
     """A stand-in for sglang's CUDA sgl-kernel wheel, packaged as upstream packages it: the file
     name carries +<tag>, the METADATA a plain version (sglang issues #14327, #20953), so pip refuses
     it from an index and the role installs it by direct URL, as on a real host. No kernels inside.
-    Byte-for-byte reproducible: its sha256 is pinned in inventory/lab/group_vars/all.yml."""
+    Byte-for-byte reproducible: its sha256 is pinned in inventory/lab/group_vars/all.yml.
+    server_mode makes a build the lab's server fixture obeys (a release that crashes on load)."""
     import base64
     import zipfile
     name = f"sgl_kernel-{version}+{tag}-cp310-abi3-manylinux2014_x86_64.whl"
     info = f"sgl_kernel-{version}.dist-info"
     files = {
         "sgl_kernel/__init__.py": f'"""sglang-fleet lab stand-in for sgl-kernel {version}: no CUDA kernels."""\n'
-                                  f'__version__ = "{version}"\n',
+                                  f'__version__ = "{version}"\n'
+                                  + (f'LAB_SERVER_MODE = "{server_mode}"\n' if server_mode else ""),
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: sgl-kernel\nVersion: {version}\n"
                             "Summary: sglang-fleet lab stand-in (packaged as upstream's cu130 wheels)\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: sglang-fleet-lab\nRoot-Is-Purelib: false\n"
@@ -205,6 +207,9 @@ def fill_wheelhouse() -> list[Path]:
             pip_download(WHEELHOUSE, *requirements, deps=True, options=("--extra-index-url", index))
         stamp.write_text("\n".join(requirements))
     return [build_sgl_kernel_wheel(WHEELHOUSE, pins["sglang_sgl_kernel_version"], lab["sglang_cuda_wheel_tag"]),
+            # A release that fails its health gate: the upgrade tests' rollback.
+            build_sgl_kernel_wheel(WHEELHOUSE, pins["sglang_sgl_kernel_version"],
+                                   lab["sglang_cuda_wheel_tag"] + ".crash", server_mode="crash"),
             fetch_wheel("sglang", pins["sglang_version"], WHEELHOUSE),
             fetch_wheel("flashinfer-python", pins["sglang_flashinfer_version"], WHEELHOUSE),
             fetch_sdist("flash-attn", flash["flash_attn_version"], WHEELHOUSE)]

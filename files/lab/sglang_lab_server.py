@@ -196,6 +196,16 @@ def merge_config(argv, site, flags):
     return module.ConfigArgumentMerger(boolean_actions=booleans).merge_config_with_args(argv)
 
 
+def installed_mode(mode):
+    """A lab sgl-kernel build may carry its own mode (labctl's crashing build): a release whose
+    kernels fail to load, which only the install that holds it shows."""
+    try:
+        import sgl_kernel
+    except ImportError:
+        return mode
+    return getattr(sgl_kernel, "LAB_SERVER_MODE", None) or mode
+
+
 def main(argv):
     site = sysconfig.get_paths()["purelib"]
     flags = sglang_args.read_flags(site)
@@ -204,7 +214,7 @@ def main(argv):
         sys.stderr.write("lab-server: the installed sglang rejects: %s\n" % "; ".join(problems))
         return 2
     config = load_config()
-    mode = config.get("mode", "healthy")
+    mode = installed_mode(config.get("mode", "healthy"))
     if mode == "crash":
         sys.stderr.write("lab-server: simulated crash while loading the model\n")
         return 1

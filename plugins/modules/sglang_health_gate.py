@@ -104,22 +104,26 @@ def request(url, api_key, payload=None, timeout=30):
 
 
 def unit_state(module, service):
-    """(ActiveState, NRestarts) of the unit, or (None, 0) when there is none to watch."""
+    """(ActiveState, SubState, NRestarts) of the unit, or (None, None, 0) when there is none to watch."""
     if not service:
-        return None, 0
-    rc, out, _ = module.run_command(["systemctl", "show", "-p", "ActiveState", "-p", "NRestarts", service])
+        return None, None, 0
+    rc, out, _ = module.run_command(["systemctl", "show", "-p", "ActiveState", "-p", "SubState", "-p", "NRestarts",
+                                     service])
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
-    return props.get("ActiveState"), int(props.get("NRestarts") or 0)
+    return props.get("ActiveState"), props.get("SubState"), int(props.get("NRestarts") or 0)
 
 
 def wait_healthy(module, p, sleep=time.sleep, clock=time.monotonic):
     start = clock()
-    _, restarts0 = unit_state(module, p["service"])
+    _, _, restarts0 = unit_state(module, p["service"])
     last = "no answer yet"
     while True:
-        state, restarts = unit_state(module, p["service"])
+        state, substate, restarts = unit_state(module, p["service"])
         if state == "failed":
             raise GateError("the unit %s failed while starting" % p["service"])
+        # Its process exited and systemd waits RestartSec to start it again: a crash, seen at once.
+        if (substate or "").startswith("auto-restart"):
+            raise GateError("the unit %s crashed while starting (systemd is waiting to restart it)" % p["service"])
         if restarts > restarts0:
             raise GateError("the unit %s crashed and was restarted by systemd while starting" % p["service"])
         try:

@@ -40,7 +40,7 @@ def exec_start(unit):
 def test_defaults_alone_give_the_production_unit(tmp_path, monkeypatch, site_packages):
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
     argv = exec_start(unit)
-    assert argv[:3] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
+    assert argv[:3] == ["/opt/sglang/current/bin/python", "-m", "sglang.launch_server"]
     assert " ".join(argv[3:]) == (
         "--model-path /models/nvidia/Kimi-K2.5-NVFP4 --tp 8 --host 127.0.0.1 --port 30000 --trust-remote-code "
         "--reasoning-parser kimi_k2 --tool-call-parser kimi_k2 --speculative-algorithm EAGLE3 "
@@ -153,4 +153,4 @@ def test_the_unit_s_path_finds_the_ninja_that_flashinfer_s_jit_runs(tmp_path, mo
         assert "Requires-Dist: ninja" in (site / dist / "METADATA").read_text().splitlines()
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
     (path,) = [line.split("=", 2)[2] for line in unit.splitlines() if line.startswith("Environment=PATH=")]
-    assert path.split(":")[:2] == ["/opt/sglang/venv/bin", "/usr/local/cuda-13.0/bin"]
+    assert path.split(":")[:2] == ["/opt/sglang/current/bin", "/usr/local/cuda-13.0/bin"]

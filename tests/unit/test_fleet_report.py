@@ -65,3 +65,19 @@ def test_a_repaired_model_file_is_named_with_where_it_came_from():
     assert "repaired 1, verified 1" in lines[3]
     assert lines[4] == ("  i gpu-2: nvidia/Kimi-K2.5-NVFP4: model-00007-of-00119.safetensors was sha256 mismatch; "
                         "fetched again from gpu-1")
+
+
+def test_a_rolled_back_host_names_the_install_it_serves_and_says_the_gate_s_finding_once():
+    gate = "sglang failed its health gate: /health did not answer 200 within 15s"
+    facts = dict(FACTS, sglang_install_id="0.5.9-9559f4d77ef0", sglang_server_status="rolled back to 0.5.9-39c3fe05c641")
+    text = report(PlaybookRun("site.yml", ["x"], "failed", 2, {"gpu-1": HostResult(ok=80, failed=1, facts=facts, failures=[
+        {"task": "The server passes its health gate", "msg": gate},
+        {"task": "The host fails, saying what failed and what serves now",
+         "msg": "gpu-1: install 0.5.9-9559f4d77ef0 failed its health gate and was rolled back: serving the previous "
+                "install, 0.5.9-39c3fe05c641, again. The new install's failure: " + gate}])}))
+    lines = text.splitlines()
+    assert "13.0.88  0.5.9-9559f4d77ef0  2.8.3" in lines[3] and lines[3].endswith("rolled back to 0.5.9-39c3fe05c641")
+    assert [line for line in lines if line.startswith("  !")] == [
+        "  ! gpu-1: The host fails, saying what failed and what serves now: gpu-1: install 0.5.9-9559f4d77ef0 failed "
+        "its health gate and was rolled back: serving the previous install, 0.5.9-39c3fe05c641, again. The new "
+        "install's failure: " + gate]

@@ -83,3 +83,16 @@ def test_a_crash_is_caught_without_waiting_for_the_timeout(server):
     server.state["unhealthy_polls"] = 10 ** 6
     with pytest.raises(gate.GateError, match="crashed and was restarted"):
         gate.wait_healthy(Module(), params(server, service="sglang"), sleep=lambda s: None)
+
+
+def test_a_crash_is_caught_while_systemd_waits_to_restart_it(server):
+    """After a crash the unit sits in auto-restart for RestartSec (30 s) before NRestarts moves."""
+    class Module:
+        states = iter(["running", "running", "auto-restart"])
+
+        def run_command(self, args):
+            return 0, "ActiveState=activating\nSubState=%s\nNRestarts=0\n" % next(self.states), ""
+
+    server.state["unhealthy_polls"] = 10 ** 6
+    with pytest.raises(gate.GateError, match="crashed while starting"):
+        gate.wait_healthy(Module(), params(server, service="sglang"), sleep=lambda s: None)

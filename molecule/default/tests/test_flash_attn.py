@@ -10,7 +10,7 @@ INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 CACHE = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "flash-attn-wheels"
 PLAYBOOK = ROOT / "playbooks/flash_attn.yml"
 NODES = ["fleet-gpu-1", "fleet-gpu-2"]
-VENV_PYTHON = "/opt/sglang/venv/bin/python"
+VENV_PYTHON = "/opt/sglang/current/bin/python"  # the install in service
 LAB_BUILD_ENV = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
 # Another build key: one more variable for setup.py is enough to make a different wheel.
 OTHER_KEY = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS": "-lineinfo"}}

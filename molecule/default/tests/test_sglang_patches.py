@@ -8,7 +8,7 @@ from fleet import run_playbook
 ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 NODE = "fleet-gpu-1"
-VENV = "/opt/sglang/venv"
+VENV = "/opt/sglang/current"  # the install in service
 testinfra_hosts = ["podman://" + NODE]
 
 CHECK = r"""
