@@ -59,6 +59,12 @@ class PlaybookRun:
     def failed(self) -> int:
         return sum(h.failed + h.unreachable for h in self.hosts.values())
 
+    @property
+    def failure_summary(self) -> str:
+        """Each host's failed tasks and their messages: what a failed assertion on rc should print."""
+        return "\n".join("%s: %s: %s" % (host, f["task"], f["msg"])
+                         for host, r in self.hosts.items() for f in r.failures) or "(no failed task; rc %s)" % self.rc
+
 
 def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | list, *, tags: str | None = None,
                  limit: str | None = None, check: bool = False, diff: bool = False,

@@ -34,7 +34,9 @@ import urllib.request
 STAMP = ".sglang-fleet-model.json"
 CHUNK = 8 * 1024 * 1024
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
-PEER_START_SECONDS = 15
+# A peer's copy server is started by systemd-run just before its first client connects; on a loaded
+# host (or CI runner) python can take many seconds to listen. Only a refused connection is retried.
+PEER_START_SECONDS = 120
 # Files hashed or fetched at once: one sha256 stream is CPU-bound (about 0.9 GB/s on a real H200
 # host, tests/fixtures/hosts/h200-driver580/model-sync/); hashlib and sockets release the GIL.
 WORKERS = 4

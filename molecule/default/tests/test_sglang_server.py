@@ -227,7 +227,7 @@ def test_off_runs_no_self_test_and_no_flag(host):
     set_fusion(node, "hang")  # would stall a self-test: off must not start one
     try:
         run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars={"sglang_server_allreduce_fusion": "off"})
-        assert run.rc == 0
+        assert run.rc == 0, run.failure_summary
         assert fusion_facts(run) == {"enabled": False, "switch": "off", "selftest": "not run",
                                      "reason": "switched off (sglang_server_allreduce_fusion: off)"}
         assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string

@@ -126,7 +126,7 @@ def test_going_back_to_a_kept_install_builds_nothing_and_retention_removes_only_
     release_3 = (installs(first) - {release_1, release_2}).pop()
 
     run = run_playbook(SITE, INVENTORY, tags=STAGES)  # the inventory's own release again
-    assert run.rc == 0
+    assert run.rc == 0, run.failure_summary
     changed = run.hosts[NODES[0]].changed_tasks
     assert not [task for task in changed if task.startswith(("The install's venv exists", "The pinned"))], changed
     # sglang_venv_keep is 2: the install in service and the one before it; the failed one goes.

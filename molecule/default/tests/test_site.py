@@ -12,7 +12,7 @@ testinfra_hosts = ["podman://" + h for h in HOSTS]
 
 def test_a_rerun_changes_nothing_and_reports_every_host():
     run = run_playbook(ROOT / "site.yml", INVENTORY)
-    assert run.rc == 0
+    assert run.rc == 0, run.failure_summary
     assert sorted(run.hosts) == HOSTS
     for name in HOSTS:
         assert (run.hosts[name].changed, run.hosts[name].failed) == (0, 0), run.hosts[name].changed_tasks
@@ -24,7 +24,7 @@ def test_a_rerun_changes_nothing_and_reports_every_host():
 
 def test_check_diff_on_the_converged_fleet_reports_no_change():
     run = run_playbook(ROOT / "site.yml", INVENTORY, check=True, diff=True)
-    assert run.rc == 0
+    assert run.rc == 0, run.failure_summary
     assert run.changed == 0
 
 

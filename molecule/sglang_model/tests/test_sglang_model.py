@@ -79,7 +79,7 @@ def test_the_converge_fetched_each_model_once_for_the_whole_fleet_and_every_host
 def test_a_rerun_copies_nothing_and_hashes_nothing():
     before = hub_served()
     run = run_playbook(PLAYBOOK, INVENTORY)
-    assert run.rc == 0
+    assert run.rc == 0, run.failure_summary
     for node in HOSTS:
         assert run.hosts[node].changed == 0, run.hosts[node].changed_tasks
         results = sync_results(run, node)
@@ -96,7 +96,7 @@ def test_check_mode_finds_a_flipped_byte_and_writes_nothing():
     assert corrupted != truth("lab-org/Kimi-K2.5-NVFP4-lab")[SHARD]
     before = hub_served()
     run = run_playbook(PLAYBOOK, INVENTORY, check=True, diff=True)
-    assert run.rc == 0
+    assert run.rc == 0, run.failure_summary
     assert run.hosts["model-gpu-3"].changed > 0
     assert [run.hosts[n].changed for n in HOSTS if n != "model-gpu-3"] == [0, 0, 0]
     assert on_disk("model-gpu-3", DIRS["lab-org/Kimi-K2.5-NVFP4-lab"])[SHARD] == corrupted
@@ -109,7 +109,7 @@ def test_check_mode_finds_a_flipped_byte_and_writes_nothing():
 def test_the_flipped_byte_is_repaired_from_a_peer_and_the_run_says_which_file(capsys):
     before = hub_served()
     run = run_playbook(PLAYBOOK, INVENTORY)
-    assert run.rc == 0
+    assert run.rc == 0, run.failure_summary
     (repaired,) = [r for r in sync_results(run, "model-gpu-3") if r["state"] == "repaired"]
     assert repaired["state"] == "repaired" and repaired["problems"] == {SHARD: "sha256 mismatch"}
     assert repaired["fetched_bytes"] == len(hub_fixture.REPOS["lab-org/Kimi-K2.5-NVFP4-lab"][SHARD])
@@ -195,7 +195,7 @@ def spread(distribution, capsys):
         "sglang_model_models": [{"repo_id": KIMI, "revision": hub_fixture.Hub(0, None).repos[KIMI].commit,
                                  "dir": DIRS[KIMI]}]})
     seconds = time.monotonic() - started
-    assert run.rc == 0
+    assert run.rc == 0, run.failure_summary
     served = hub_served()[KIMI] - before
     for node in HOSTS:
         assert on_disk(node, DIRS[KIMI]) == truth(KIMI), node
