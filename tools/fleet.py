@@ -179,13 +179,16 @@ def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
              "MODELS", "FUSION", "SERVER")]
     for host, r in run.hosts.items():
+        if host == "localhost" and not (r.failed or r.unreachable):
+            continue  # the controller's own plays (the rollout plan, the bench report) have no row
         f = r.facts
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
                      str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
-                     str(f.get("sglang_verify_status") or f.get("sglang_server_status", "-"))))
+                     str(f.get("sglang_verify_status") or f.get("sglang_server_status")
+                         or f.get("sglang_router_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(run.hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -197,6 +200,18 @@ def report(run: PlaybookRun) -> str:
             for path, why in (model.get("problems") or {}).items():
                 lines.append("  i %s: %s: %s was %s; fetched again%s" % (
                     host, model["repo_id"], path, why, " from " + model["from"] if model.get("from") else ""))
+        group = r.facts.get("sglang_server_group") or {}
+        if group and group.get("rank") == 0:
+            lines.append("  i %s: one server of %d ranks, %s; its gate and the routers talk to rank 0 only"
+                         % (group["name"], len(group["ranks"]),
+                            ", ".join("%s (rank %d)" % (h, i) for i, h in enumerate(group["ranks"]))))
+        if "out of" in str(r.facts.get("sglang_server_router_state") or ""):
+            lines.append("  i %s: %s" % (host, r.facts["sglang_server_router_state"]))
+        for worker in r.facts.get("sglang_router_workers") or []:
+            ranks = worker.get("ranks") or []
+            lines.append("  i %s: router worker %s%s at %s: %s" % (
+                host, worker["unit"], " (%s)" % ", ".join(ranks) if len(ranks) > 1 else "", worker["url"],
+                ("in, healthy" if worker.get("healthy") else "in, not healthy") if worker.get("in") else "out"))
         # A rescued failure that a later one repeats (the gate's, inside the rollback's) is said once.
         for i, failure in enumerate(r.failures):
             if not any(failure["msg"] and failure["msg"] in later["msg"] for later in r.failures[i + 1:]):

@@ -191,14 +191,15 @@ def lab_torch() -> str:
 
 def fill_wheelhouse() -> list[Path]:
     """What the lab nodes install, at the roles' pins: the real sglang and flashinfer-python wheels,
-    a CPU torch with its dependencies, flash-attn's source archive and its build requirements, and
-    what bench_serving imports."""
+    a CPU torch with its dependencies, flash-attn's source archive and its build requirements, what
+    bench_serving imports, and the real sglang-router with its dependencies."""
     pins = yaml.safe_load((ROOT / "roles/sglang/defaults/main.yml").read_text())
     flash = yaml.safe_load((ROOT / "roles/flash_attn/defaults/main.yml").read_text())
+    router = yaml.safe_load((ROOT / "roles/sglang_router/defaults/main.yml").read_text())
     stamp = WHEELHOUSE / ".requirements"
     lab = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
     requirements = [lab_torch(), *flash["flash_attn_build_requirements"], *flash["flash_attn_requirements"],
-                    *lab["sglang_bench_extra_packages"]]
+                    *lab["sglang_bench_extra_packages"], "sglang-router==%s" % router["sglang_router_version"]]
     if not stamp.exists() or stamp.read_text().split("\n") != requirements:
         log("downloading " + ", ".join(requirements))
         # PyPI has no CPU builds of torch: pip's own configuration first, then PyTorch's CPU index.

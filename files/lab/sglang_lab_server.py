@@ -5,7 +5,15 @@ The lab's unit is rendered by the same template and differs only in the module a
 (`sglang_fleet_lab_server`, this file). It checks its arguments with the same flag lint as the
 role, against the sglang installed in the venv that runs it, then serves on loopback the
 OpenAI-compatible endpoints the health gate and bench_serving use: /health, /v1/models,
-/v1/chat/completions and /v1/completions (streaming too), /get_server_info.
+/v1/chat/completions and /v1/completions (streaming too), /get_server_info; and what sglang-router
+0.3.2 asks of a worker (/health, /server_info, /model_info, captured in
+tests/fixtures/upstream/sglang-router-0.3.2/worker-calls.json) and what a drain reads (/v1/loads,
+/get_load). It counts the requests in flight and says how many a stop cut off.
+
+A multi-node rank (--nnodes > 1) behaves as sglang 0.5.9's ranks do (entrypoints/engine.py): rank 0
+waits at --dist-init-addr for every other rank before it loads and serves; a rank >= 1 connects to
+it (retrying, as torch's TCPStore client does) and then serves only a dummy /health; and a rank that
+loses a peer exits, as the NCCL watchdog ends the real processes.
 
 Behaviour comes from /etc/lab-gpu/server.json (written by files/lab/provision.yml):
   mode: healthy | never-healthy | crash | garbage
@@ -21,6 +29,8 @@ nothing about real hardware.
 import math
 import json
 import os
+import signal
+import socket
 import sys
 import sysconfig
 import threading
@@ -104,15 +114,30 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if not self.server.ready.is_set():
             return self.send_json(503, {"error": "loading"})
-        if self.path == "/health":
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
             return self.send_json(200, {})
+        if self.server.dummy:  # a rank >= 1 serves nothing else
+            return self.send_json(404, {"error": "not found"})
         if not self.authorized():
             return None
+        if path == "/model_info" or path == "/get_model_info":
+            return self.send_json(200, {"model_path": self.server.args.get("model_path"),
+                                        "tokenizer_path": self.server.args.get("model_path"),
+                                        "is_generation": True, "model_type": "kimi_k25"})
+        if path == "/v1/loads":
+            total = self.server.in_flight
+            return self.send_json(200, {"version": "lab", "dp_rank_count": 1, "loads": [
+                {"dp_rank": 0, "num_running_reqs": total, "num_waiting_reqs": 0, "num_total_reqs": total}],
+                "aggregate": {"total_running_reqs": total, "total_waiting_reqs": 0, "total_reqs": total}})
+        if path == "/get_load":
+            return self.send_json(200, [{"dp_rank": 0, "num_reqs": self.server.in_flight, "num_waiting_reqs": 0}])
         if self.path == "/v1/models":
             return self.send_json(200, {"object": "list", "data": [
                 {"id": self.server.model, "object": "model", "owned_by": "sglang"}]})
-        if self.path == "/get_server_info":
+        if path in ("/get_server_info", "/server_info"):
             info = {SERVER_ARGS_NAMES.get(dest, dest): typed(value) for dest, value in self.server.args.items()}
+            info.setdefault("served_model_name", self.server.args.get("model_path"))  # as ServerArgs fills it
             info.setdefault("speculative_algorithm", None)
             info.setdefault("enable_flashinfer_allreduce_fusion", False)
             steps = int(info.get("speculative_num_steps") or 3)
@@ -122,12 +147,27 @@ class Handler(BaseHTTPRequestHandler):
         return self.send_json(404, {"error": "not found"})
 
     def do_POST(self):
-        if not self.server.ready.is_set():
-            return self.send_json(503, {"error": "loading"})
+        if not self.server.ready.is_set() or self.server.dummy:
+            return self.send_json(503 if not self.server.dummy else 404, {"error": "not serving"})
         if not self.authorized():
             return None
+        with self.server.lock:
+            self.server.in_flight += 1
+        try:
+            self.generate()
+        finally:
+            with self.server.lock:
+                self.server.in_flight -= 1
+
+    def generate(self):
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/generate":
+            text = answer_for(str(request.get("text", "")), self.server.mode)
+            tokens = int((request.get("sampling_params") or {}).get("max_new_tokens") or 16)
+            time.sleep(min(tokens, 64) / self.server.tokens_per_second)
+            return self.send_json(200, {"text": text, "meta_info": {"id": "lab", "completion_tokens": tokens,
+                                                                    "finish_reason": {"type": "stop"}}})
         if self.path == "/v1/chat/completions":
             prompt = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
         elif self.path == "/v1/completions":
@@ -219,7 +259,13 @@ def main(argv):
         sys.stderr.write("lab-server: simulated crash while loading the model\n")
         return 1
     host, port = parsed.get("host", "127.0.0.1"), int(parsed.get("port", 30000))
+    nnodes, rank = int(parsed.get("nnodes") or 1), int(parsed.get("node_rank") or 0)
+    if nnodes > 1 and rank >= 1:
+        # As sglang's rank >= 1: no API until the group has formed, then only a dummy /health.
+        join_group(parsed["dist_init_addr"], rank)
     server = Server((host, port), Handler)
+    server.dummy = nnodes > 1 and rank >= 1
+    server.in_flight = 0
     server.ready = threading.Event()
     server.model = parsed.get("served_model_name") or parsed.get("model_path")
     server.mode, server.args = mode, parsed
@@ -227,11 +273,89 @@ def main(argv):
     server.api_key = parsed.get("api_key")
     server.speculative = bool(parsed.get("speculative_algorithm"))
     server.streams, server.lock = 0, threading.Lock()
-    if mode != "never-healthy":
-        threading.Timer(float(config.get("startup_seconds", 1)), server.ready.set).start()
-    sys.stderr.write("lab-server: %s on %s:%d (mode %s)\n" % (server.model, host, port, mode))
+    RUNNING["server"] = server
+    signal.signal(signal.SIGTERM, lambda *_: stop(server))
+    if server.dummy:
+        server.ready.set()
+    elif mode != "never-healthy":
+        def load():
+            if nnodes > 1:
+                await_ranks(parsed["dist_init_addr"], nnodes)
+            time.sleep(float(config.get("startup_seconds", 1)))
+            server.ready.set()
+        threading.Thread(target=load, daemon=True).start()
+    sys.stderr.write("lab-server: %s on %s:%d (mode %s%s)\n" % (
+        server.model, host, port, mode, ", rank %d of %d" % (rank, nnodes) if nnodes > 1 else ""))
     server.serve_forever()
     return 0
+
+
+def stop(server):
+    """SIGTERM: what a drain should have made zero is said, for the tests to count."""
+    sys.stderr.write("lab-server: stopping with %d request(s) in flight\n" % server.in_flight)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+RUNNING = {}  # the server, once it exists: what a lost group cuts off is said
+
+
+def lost(who):
+    in_flight = getattr(RUNNING.get("server"), "in_flight", 0)
+    sys.stderr.write("lab-server: lost %s: the group is broken, exiting with %d request(s) in flight, as the "
+                     "NCCL watchdog would\n" % (who, in_flight))
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def watch(connection, who):
+    """The peer's end closing means its process is gone."""
+    def run():
+        while connection.recv(64):
+            pass
+        lost(who)
+    threading.Thread(target=run, daemon=True).start()
+
+
+def split_addr(addr):
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def await_ranks(dist_init_addr, nnodes):
+    """Rank 0: listen at --dist-init-addr until every other rank has joined."""
+    listener = socket.create_server(split_addr(dist_init_addr), reuse_port=False)
+    joined = {}
+    sys.stderr.write("lab-server: rank 0 waits at %s for %d rank(s)\n" % (dist_init_addr, nnodes - 1))
+    while len(joined) < nnodes - 1:
+        connection, _ = listener.accept()
+        line = connection.recv(64).decode().strip()
+        if line.startswith("rank "):
+            joined[int(line.split()[1])] = connection
+            connection.sendall(b"ok\n")
+            watch(connection, "rank %s" % line.split()[1])
+    sys.stderr.write("lab-server: every rank joined (%s)\n" % ", ".join(str(r) for r in sorted(joined)))
+
+
+def join_group(dist_init_addr, rank, timeout=900):
+    """Rank >= 1: connect to rank 0, retrying until it listens (torch's TCPStore client retries too)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connection = socket.create_connection(split_addr(dist_init_addr), timeout=5)
+            connection.sendall(b"rank %d\n" % rank)
+            if connection.recv(64).startswith(b"ok"):
+                break
+            connection.close()
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            sys.stderr.write("lab-server: rank %d found no rank 0 at %s\n" % (rank, dist_init_addr))
+            sys.exit(1)
+        time.sleep(1)
+    connection.settimeout(None)
+    sys.stderr.write("lab-server: rank %d joined the group at %s\n" % (rank, dist_init_addr))
+    watch(connection, "rank 0")
 
 
 if __name__ == "__main__":

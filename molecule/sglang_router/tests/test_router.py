@@ -1,0 +1,189 @@
+"""The router in front of the lab fleet: what it routes to, the servers' rolling restarts through it
+under load, a failed gate that keeps its host out, and the two-node group restarted as one.
+
+The tests run in file order on one converged fleet: rt-gpu-1 serves alone, rt-gpu-2 (rank 0) and
+rt-gpu-3 (rank 1) are one multi-node group, rt-router runs the real sglang-router 0.3.2. Load runs
+on the router's node (files/lab/router_load.py), so every request stays on the pod's loopback."""
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet import report, run_playbook
+
+ROOT = Path(__file__).resolve().parents[3]
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+SERVERS = ["rt-gpu-1", "rt-gpu-2", "rt-gpu-3"]
+ROUTER = "rt-router"
+KEY = "lab-router-secret-7d1e"
+ROUTER_URL = "http://127.0.1.4:30090"
+WORKERS = {"rt-gpu-1": "http://127.0.1.1:30000", "rt-gpu-2": "http://127.0.1.2:30000"}
+RANK1_URL = "http://127.0.1.3:30000"
+KEY_FILE = "/etc/sglang/sglang-router.key"
+
+
+def sh(node, script, check=True):
+    done = subprocess.run(["podman", "exec", node, "sh", "-c", script], capture_output=True, text=True)
+    if check:
+        assert done.returncode == 0, (node, script, done.stderr)
+    return done
+
+
+def router(path, payload=None):
+    """The router's API, asked from its own node (curl there, on the pod's loopback)."""
+    data = "-X POST -H 'Content-Type: application/json' -d '%s'" % json.dumps(payload) if payload else ""
+    out = sh(ROUTER, "curl -sf -m 60 -H \"Authorization: Bearer $(cat %s)\" %s %s%s"
+             % (KEY_FILE, data, ROUTER_URL, path)).stdout
+    return json.loads(out)
+
+
+def workers():
+    return {w["url"]: w["is_healthy"] for w in router("/workers")["workers"]}
+
+
+def ask_through_router():
+    reply = router("/v1/chat/completions", {"model": "/models/nvidia/Kimi-K2.5-NVFP4", "temperature": 0,
+                                            "messages": [{"role": "user", "content": "What is 17 + 25?"}]})
+    return reply["choices"][0]["message"]["content"]
+
+
+def starts(node):
+    """The server's starts and stops so far, from its journal: (unix time, line) of each."""
+    out = sh(node, "journalctl -u sglang --no-pager -o short-unix").stdout
+    events = []
+    for line in out.splitlines():
+        if " on 127.0.1." in line and "lab-server: /models" in line:
+            events.append((float(line.split()[0]), "start"))
+        elif "Stopped sglang.service" in line or "request(s) in flight" in line:
+            events.append((float(line.split()[0]), line.split("]: ", 1)[-1]))
+    return events
+
+
+def count_starts(node):
+    return sum(1 for _, what in starts(node) if what == "start")
+
+
+class Load:
+    """router_load.py on the router's node, in the background, until stopped (or its own bounds)."""
+
+    def __init__(self, name):
+        self.out, self.stop_file = "/tmp/%s.json" % name, "/tmp/%s.stop" % name
+        script = (ROOT / "files/lab/router_load.py").read_text()
+        subprocess.run(["podman", "exec", "-i", ROUTER, "sh", "-c", "rm -f %s %s; cat > /tmp/router_load.py"
+                        % (self.out, self.stop_file)], input=script, text=True, check=True)
+        self.process = subprocess.Popen(
+            ["podman", "exec", ROUTER, "python3", "/tmp/router_load.py", "--url", ROUTER_URL, "--out", self.out,
+             "--key-file", KEY_FILE, "--concurrency", "4", "--max-requests", "5000", "--max-seconds", "600",
+             "--stop-file", self.stop_file])
+        time.sleep(2)  # under way before the rollout starts
+
+    def finish(self):
+        sh(ROUTER, "touch %s" % self.stop_file)
+        assert self.process.wait(timeout=120) == 0
+        return json.loads(sh(ROUTER, "cat %s" % self.out).stdout)
+
+
+def say(capsys, text):
+    with capsys.disabled():
+        print("\n    " + text)
+
+
+def test_the_router_fronts_rank_0_of_each_server_and_answers_through_them():
+    assert workers() == {WORKERS["rt-gpu-1"]: True, WORKERS["rt-gpu-2"]: True}  # rank 1 (rt-gpu-3) is no worker
+    assert "42" in ask_through_router()
+    # Prometheus metrics on the router's node, as configured.
+    assert "smg_http_requests_total" in sh(ROUTER, "curl -sf http://127.0.1.4:29000/metrics").stdout
+    # Its own unprivileged user, in its own venv.
+    assert sh(ROUTER, "ps -o user= -C python3 -C 'sglang::router' || ps -eo user,args | grep '[s]glang::router'"
+              ).stdout.split()[0] in ("sglang-router", "sglang-+")
+
+
+def test_the_api_key_is_in_no_command_line_unit_or_journal():
+    assert KEY in sh(ROUTER, "cat %s" % KEY_FILE).stdout  # the router runs with the key set...
+    assert sh(ROUTER, "stat -c '%U:%G %a' " + KEY_FILE).stdout.split() == ["root:sglang-router", "640"]
+    # ...which its workers demand of it: without it the router would list no model.
+    assert router("/v1/models")["data"][0]["id"] == "/models/nvidia/Kimi-K2.5-NVFP4"
+    assert KEY not in sh(ROUTER, "ps -eo args").stdout
+    launcher = sh(ROUTER, "systemctl show -p MainPID --value sglang-router").stdout.strip()
+    assert KEY not in sh(ROUTER, "tr '\\0' ' ' < /proc/%s/cmdline" % launcher).stdout
+    assert KEY not in sh(ROUTER, "cat /etc/systemd/system/sglang-router.service; systemctl show sglang-router").stdout
+    assert KEY not in sh(ROUTER, "journalctl --no-pager -o cat").stdout
+
+
+def test_a_rolling_restart_under_load_drops_no_request_and_restarts_the_group_as_one(capsys):
+    before = {node: count_starts(node) for node in SERVERS}
+    began = time.time()
+    load = Load("rolling")
+    run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars={"sglang_server_env": {"LAB_ROLLOUT": "2"}})
+    summary = load.finish()
+    assert run.rc == 0, run.failure_summary
+    say(capsys, "rolling restart of 3 nodes under load through the router: %d requests at concurrency %d in %.0f s, "
+        "%d answered right, %d failed; worker lists seen: %s"
+        % (summary["sent"], summary["concurrency"], summary["seconds"], summary["ok"], summary["failed"],
+           [(t, [u.rsplit(".", 1)[-1] for u in urls]) for t, urls in summary["worker_lists"]]))
+    assert summary["failed"] == 0, summary["errors"]
+    assert summary["sent"] >= 100 and summary["ok"] == summary["sent"]
+    # Every node restarted exactly once, and both workers are back, healthy.
+    assert {node: count_starts(node) - before[node] for node in SERVERS} == {node: 1 for node in SERVERS}
+    assert workers() == {url: True for url in WORKERS.values()}
+    # Each worker left the router while it restarted: the lists show it out, then back.
+    lists = [set(urls) for _, urls in summary["worker_lists"]]
+    for url in WORKERS.values():
+        assert any(url not in seen for seen in lists), url
+    assert RANK1_URL not in summary["workers_seen"]  # rank 1 never registered
+    # Drained first: every stop of a worker found nothing in flight (rank 0 of the group ends as its
+    # rank 1 stops, as real ranks do, and says so).
+    for node in WORKERS:
+        stops = [what for when, what in starts(node) if when >= began and "request(s) in flight" in what]
+        assert stops and all("with 0 request(s) in flight" in s for s in stops), (node, stops)
+    # The group as one: rank 1 stopped before rank 0, both in the same batch after rt-gpu-1's.
+    def first(node, word):
+        return min(when for when, what in starts(node) if when >= began and word in what)
+    assert first("rt-gpu-3", "Stopped") <= first("rt-gpu-2", "Stopped")
+    assert first("rt-gpu-1", "start") < first("rt-gpu-3", "Stopped")
+    said = [res.get("msg", "") for name, res in run.hosts["localhost"].results if name == "Multi-node groups restart as one"]
+    assert said and "rt_tp_group: ranks rt-gpu-2, rt-gpu-3 in one batch" in said[0]
+    # The report shows the group as one server: rank 1 gated through rank 0.
+    text = report(run)
+    assert "rank 1 of rt_tp_group, gated through rt-gpu-2: healthy" in text
+    # A rerun with the same settings takes nobody out and restarts nothing.
+    again = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars={"sglang_server_env": {"LAB_ROLLOUT": "2"}})
+    assert again.rc == 0 and again.changed == 0, again.hosts
+
+
+def test_a_failed_gate_keeps_its_host_out_of_the_router_and_stops_the_rollout(capsys):
+    # Release 3: rt-gpu-1 is first in line and its server crashes on start; the group is next.
+    sh("rt-gpu-1", "echo '{\"mode\": \"crash\"}' > /etc/lab-gpu/server-3.json")
+    for node in ("rt-gpu-2", "rt-gpu-3"):
+        sh(node, "cp /etc/lab-gpu/server.json /etc/lab-gpu/server-3.json")
+    release = {"sglang_server_env": {"LAB_ROLLOUT": "3", "LAB_SERVER_CONFIG": "/etc/lab-gpu/server-3.json"}}
+    group_units = {node: sh(node, "sha256sum /etc/systemd/system/sglang.service").stdout for node in ("rt-gpu-2", "rt-gpu-3")}
+    group_starts = {node: count_starts(node) for node in ("rt-gpu-2", "rt-gpu-3")}
+    load = Load("failed-gate")
+    run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars=release)
+    summary = load.finish()
+    say(capsys, "failed gate on rt-gpu-1 under load: %d requests in %.0f s, %d failed; workers at the end: %s"
+        % (summary["sent"], summary["seconds"], summary["failed"], sorted(workers())))
+    assert run.rc != 0
+    failures = run.hosts["rt-gpu-1"].failures
+    assert failures and "health gate" in failures[-1]["msg"] and "crash" in failures[-1]["msg"]
+    assert summary["failed"] == 0, summary["errors"]
+    # rt-gpu-1 stays out; the group, never reached, serves on, through the router.
+    assert workers() == {WORKERS["rt-gpu-2"]: True}
+    assert "42" in ask_through_router()
+    assert {node: sh(node, "sha256sum /etc/systemd/system/sglang.service").stdout for node in group_units} == group_units
+    assert {node: count_starts(node) for node in group_starts} == group_starts
+
+    # Fixed: the same release with rt-gpu-1's server healthy again; the router stage runs too. The
+    # host comes back into the router, the group rolls to release 3, and the report shows the router.
+    sh("rt-gpu-1", "cp /etc/lab-gpu/server.json /etc/lab-gpu/server-3.json")
+    fixed = run_playbook(ROOT / "site.yml", INVENTORY, tags="server,router", extravars=release)
+    assert fixed.rc == 0, fixed.failure_summary
+    assert workers() == {url: True for url in WORKERS.values()}
+    text = report(fixed)
+    say(capsys, text)
+    assert "healthy, 2/2 workers in, known answer right" in text
+    assert "rt_tp_group (rt-gpu-2, rt-gpu-3)" in text

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Units of rollout: a host that serves alone, or every rank of a multi-node tensor-parallel group."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: sglang_rollout_units
+short_description: The fleet's servers as units of rollout, rank 0 first
+description:
+  - A host without a multi-node group is a unit of its own. The hosts of one group, the inventory
+    group named by their C(sglang_server_multinode_group), are one unit, ranked in that group's order
+    as the server role ranks them (C(--node-rank)).
+  - Units come in the order of I(_input), the first host of a unit deciding its place.
+  - Every rank must be in I(_input), and the ranks of a group must stand together there, or the
+    rolling restart would split the group across batches; either fails with the group's name.
+positional: _input, multinode_group_of, groups
+options:
+  _input:
+    description: The server hosts, in rollout order (the play's hosts).
+    type: list
+    elements: str
+    required: true
+  multinode_group_of:
+    description: Each host's C(sglang_server_multinode_group) (empty for a host that serves alone).
+    type: dict
+    required: true
+  groups:
+    description: The inventory's groups (the C(groups) variable), for the ranks of each group.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: The units of rollout are known
+  ansible.builtin.set_fact:
+    units: >-
+      {{ hosts | sglang_rollout_units(dict(hosts | zip(hosts | map('extract', hostvars)
+                                           | map(attribute='sglang_server_multinode_group', default='')
+                                           | list)), groups) }}
+  vars:
+    hosts: "{{ groups['gpu_nodes'] }}"
+"""
+
+RETURN = r"""
+_value:
+  description: One dict a unit, C(name) (the group, or the host), C(rank0) and C(ranks) (rank order).
+  type: list
+  elements: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+
+def sglang_rollout_units(hosts, multinode_group_of, groups):
+    hosts = list(hosts)
+    units, seen = [], {}
+    for position, host in enumerate(hosts):
+        group = multinode_group_of.get(host) or ""
+        if not group:
+            units.append({"name": host, "rank0": host, "ranks": [host]})
+            continue
+        if group in seen:
+            continue
+        ranks = list(groups.get(group) or [])
+        if host not in ranks:
+            raise AnsibleFilterError("%s names multi-node group %s, which is not an inventory group holding it"
+                                     % (host, group))
+        missing = [rank for rank in ranks if rank not in hosts]
+        if missing:
+            raise AnsibleFilterError("multi-node group %s: %s not among the server hosts; every rank of a group "
+                                     "restarts with it" % (group, ", ".join(missing)))
+        if sorted(hosts[position:position + len(ranks)]) != sorted(ranks):
+            raise AnsibleFilterError("multi-node group %s: its hosts (%s) must stand together in the server hosts' "
+                                     "order, so that one batch restarts them all" % (group, ", ".join(ranks)))
+        seen[group] = True
+        units.append({"name": group, "rank0": ranks[0], "ranks": ranks})
+    return units
+
+
+def _batch_size(spec, total):
+    """A `serial` entry as Ansible reads it: a count, or a percentage of every host (at least 1)."""
+    text = str(spec).strip()
+    try:
+        if text.endswith("%"):
+            return int(float(text[:-1]) / 100.0 * total) or 1
+        return int(text)
+    except ValueError:
+        raise AnsibleFilterError("serial entry %r is neither a count nor a percentage" % (spec,))
+
+
+def sglang_rollout_batches(units, serial):
+    """Batch sizes (host counts) for the play's `serial`: each batch takes whole units until it holds
+    at least the hosts its `serial` entry asks for, so a group is never split; the last entry repeats."""
+    serial = serial if isinstance(serial, (list, tuple)) else [serial]
+    serial = list(serial) or [0]
+    total = sum(len(unit["ranks"]) for unit in units)
+    sizes, index, queue = [], 0, list(units)
+    while queue:
+        want = _batch_size(serial[min(index, len(serial) - 1)], total)
+        if want <= 0:
+            want = total
+        batch = 0
+        while queue and batch < want:
+            batch += len(queue.pop(0)["ranks"])
+        sizes.append(batch)
+        index += 1
+    return sizes
+
+
+def sglang_router_worker_urls(units, urls):
+    """The URL the router reaches each unit at: its rank 0's (ranks >= 1 serve no API)."""
+    return [urls[unit["rank0"]] for unit in units]
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "sglang_rollout_units": sglang_rollout_units,
+            "sglang_rollout_batches": sglang_rollout_batches,
+            "sglang_router_worker_urls": sglang_router_worker_urls,
+        }
+

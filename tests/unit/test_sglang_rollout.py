@@ -1,0 +1,52 @@
+"""Units of rollout and batch sizes: a multi-node group is one unit, never split across batches."""
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from sglang_rollout import sglang_rollout_batches, sglang_rollout_units, sglang_router_worker_urls
+
+GROUPS = {"tp": ["b0", "b1"], "big": ["c0", "c1", "c2", "c3"]}
+
+
+def units(hosts, of):
+    return sglang_rollout_units(hosts, of, GROUPS)
+
+
+def test_single_hosts_and_a_group_in_rank_order():
+    found = units(["a", "b1", "b0", "d"], {"b0": "tp", "b1": "tp"})
+    assert found == [{"name": "a", "rank0": "a", "ranks": ["a"]},
+                     {"name": "tp", "rank0": "b0", "ranks": ["b0", "b1"]},  # rank order is the group's
+                     {"name": "d", "rank0": "d", "ranks": ["d"]}]
+
+
+@pytest.mark.parametrize("serial, sizes", [
+    ([1, "50%"], [1, 6, 2]),      # 50% of 9 is 4: the group of 2 leaves room, so the group of 4 joins whole
+    ([3], [3, 4, 2]),             # whole units until the batch has at least 3 hosts
+    (["100%"], [9]),
+    (0, [9]),
+])
+def test_batches_grow_to_hold_whole_groups(serial, sizes):
+    found = units(["a", "b0", "b1", "c0", "c1", "c2", "c3", "d", "e"],
+                  {"b0": "tp", "b1": "tp", "c0": "big", "c1": "big", "c2": "big", "c3": "big"})
+    assert sglang_rollout_batches(found, serial) == sizes
+    assert sum(sizes) == 9
+
+
+def test_a_group_missing_a_rank_is_refused():
+    with pytest.raises(AnsibleFilterError, match="multi-node group tp: b1 not among the server hosts"):
+        units(["a", "b0"], {"b0": "tp"})
+
+
+def test_a_group_apart_is_refused():
+    with pytest.raises(AnsibleFilterError, match="must stand together"):
+        units(["b0", "a", "b1"], {"b0": "tp", "b1": "tp"})
+
+
+def test_a_bad_serial_entry_is_named():
+    with pytest.raises(AnsibleFilterError, match="'half'"):
+        sglang_rollout_batches(units(["a"], {}), ["half"])
+
+
+def test_routers_reach_rank_0_only():
+    found = units(["a", "b0", "b1"], {"b0": "tp", "b1": "tp"})
+    assert sglang_router_worker_urls(found, {"a": "http://a:30000", "b0": "http://b0:30000",
+                                             "b1": "http://b1:30000"}) == ["http://a:30000", "http://b0:30000"]
