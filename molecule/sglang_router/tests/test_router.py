@@ -113,6 +113,27 @@ def test_the_api_key_is_in_no_command_line_unit_or_journal():
     assert KEY not in sh(ROUTER, "journalctl --no-pager -o cat").stdout
 
 
+def test_a_flag_the_router_rejects_fails_before_the_unit_changes():
+    unit = sh(ROUTER, "sha256sum /etc/systemd/system/sglang-router.service").stdout
+    run = run_playbook(ROOT / "playbooks/router.yml", INVENTORY, extravars={"sglang_router_extra_args": ["--no-such-flag"]})
+    assert run.rc != 0
+    said = run.failure_summary
+    assert "rejects its command line" in said and "unrecognized arguments: --no-such-flag" in said, said
+    assert sh(ROUTER, "sha256sum /etc/systemd/system/sglang-router.service").stdout == unit
+    assert workers() == {url: True for url in WORKERS.values()}
+
+
+def test_check_mode_says_what_would_restart_and_touches_neither_router_nor_server():
+    before = {node: count_starts(node) for node in SERVERS}
+    run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, check=True, diff=True,
+                       extravars={"sglang_server_env": {"LAB_ROLLOUT": "check"}})
+    assert run.rc == 0, run.failure_summary
+    assert all("The server is out of every router before it restarts" in run.hosts[h].changed_tasks for h in WORKERS)
+    assert "The ranks >= 1 of a multi-node group stop first" in run.hosts["rt-gpu-3"].changed_tasks
+    assert workers() == {url: True for url in WORKERS.values()}
+    assert {node: count_starts(node) for node in SERVERS} == before
+
+
 def test_a_rolling_restart_under_load_drops_no_request_and_restarts_the_group_as_one(capsys):
     before = {node: count_starts(node) for node in SERVERS}
     began = time.time()
