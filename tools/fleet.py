@@ -178,9 +178,9 @@ def describe_models(facts: dict) -> str:
 def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
              "MODELS", "FUSION", "SERVER")]
-    for host, r in run.hosts.items():
-        if host == "localhost" and not (r.failed or r.unreachable):
-            continue  # the controller's own plays (the rollout plan, the bench report) have no row
+    # The controller's own plays (the rollout plan, the bench report) get a row only when they fail.
+    hosts = {h: r for h, r in run.hosts.items() if h != "localhost" or r.failed or r.unreachable}
+    for host, r in hosts.items():
         f = r.facts
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
@@ -190,9 +190,9 @@ def report(run: PlaybookRun) -> str:
                      str(f.get("sglang_verify_status") or f.get("sglang_server_status")
                          or f.get("sglang_router_status", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(run.hosts), run.status)]
+    lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    for host, r in run.hosts.items():
+    for host, r in hosts.items():
         fusion = r.facts.get("sglang_server_fusion") or {}
         if fusion.get("switch") == "auto" and fusion.get("enabled") in (False, "False", "false"):
             lines.append("  i %s: serves without allreduce fusion: %s" % (host, fusion.get("reason")))
@@ -216,11 +216,11 @@ def report(run: PlaybookRun) -> str:
         for i, failure in enumerate(r.failures):
             if not any(failure["msg"] and failure["msg"] in later["msg"] for later in r.failures[i + 1:]):
                 lines.append("  ! %s: %s: %s" % (host, failure["task"], failure["msg"]))
-    if not run.hosts:
+    if not hosts:
         lines.append("  ! ansible-playbook ended (rc=%s) before any host ran: see its output above" % run.rc)
     lines.append("  %d host(s) ok, %d failed; %d change(s) in all"
-                 % (sum(1 for r in run.hosts.values() if not (r.failed or r.unreachable)),
-                    sum(1 for r in run.hosts.values() if r.failed or r.unreachable), run.changed))
+                 % (sum(1 for r in hosts.values() if not (r.failed or r.unreachable)),
+                    sum(1 for r in hosts.values() if r.failed or r.unreachable), sum(r.changed for r in hosts.values())))
     return "\n".join(lines)
 
 

@@ -81,3 +81,34 @@ def test_a_rolled_back_host_names_the_install_it_serves_and_says_the_gate_s_find
         "  ! gpu-1: The host fails, saying what failed and what serves now: gpu-1: install 0.5.9-9559f4d77ef0 failed "
         "its health gate and was rolled back: serving the previous install, 0.5.9-39c3fe05c641, again. The new "
         "install's failure: " + gate]
+
+
+def test_the_router_its_workers_and_a_multi_node_group_as_one_server():
+    group = {"name": "tp_a", "ranks": ["gpu-2", "gpu-3"]}
+    run = PlaybookRun("site.yml", ["inventory/lab"], "successful", 0, {
+        "gpu-1": HostResult(ok=40, facts={"sglang_server_status": "healthy, known answer right (2.1s)"}),
+        "gpu-2": HostResult(ok=40, facts={"sglang_server_status": "healthy, known answer right (2.1s)",
+                                          "sglang_server_group": dict(group, rank=0)}),
+        "gpu-3": HostResult(ok=40, facts={"sglang_server_status": "rank 1 of tp_a, gated through gpu-2: healthy",
+                                          "sglang_server_group": dict(group, rank=1)}),
+        "localhost": HostResult(ok=2),  # the rollout plan: no row, not counted
+        "router-1": HostResult(ok=16, facts={
+            "sglang_router_status": "healthy, 1/2 workers in, known answer right (0.1s)",
+            "sglang_router_workers": [
+                {"unit": "gpu-1", "ranks": ["gpu-1"], "url": "http://10.0.0.1:30000", "in": False, "healthy": False},
+                {"unit": "tp_a", "ranks": ["gpu-2", "gpu-3"], "url": "http://10.0.0.2:30000", "in": True,
+                 "healthy": True}]})})
+    text = report(run)
+    assert "Fleet report: site.yml, 4 host(s), successful" in text and "localhost" not in text
+    assert "4 host(s) ok, 0 failed" in text
+    assert "  i tp_a: one server of 2 ranks, gpu-2 (rank 0), gpu-3 (rank 1)" in text
+    assert "  i router-1: router worker gpu-1 at http://10.0.0.1:30000: out" in text
+    assert "  i router-1: router worker tp_a (gpu-2, gpu-3) at http://10.0.0.2:30000: in, healthy" in text
+    assert [line for line in text.splitlines() if line.startswith("  router-1")][0].endswith(
+        "healthy, 1/2 workers in, known answer right (0.1s)")
+
+
+def test_a_host_that_failed_its_gate_says_it_is_out_of_the_router():
+    run = PlaybookRun("site.yml", ["inventory/lab"], "failed", 2, {"gpu-1": HostResult(ok=30, failed=1, facts={
+        "sglang_server_router_state": "out of router-1 (failed its gate)"})})
+    assert "  i gpu-1: out of router-1 (failed its gate)" in report(run)
