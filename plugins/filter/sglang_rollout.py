@@ -13,15 +13,17 @@ description:
   - Units come in the order of I(_input), the first host of a unit deciding its place.
   - Every rank must be in I(_input), and the ranks of a group must stand together there, or the
     rolling restart would split the group across batches; either fails with the group's name.
-positional: _input, multinode_group_of, groups
+positional: _input, hostvars, groups
 options:
   _input:
     description: The server hosts, in rollout order (the play's hosts).
     type: list
     elements: str
     required: true
-  multinode_group_of:
-    description: Each host's C(sglang_server_multinode_group) (empty for a host that serves alone).
+  hostvars:
+    description:
+      - The C(hostvars) variable, for each host's C(sglang_server_multinode_group) (none or empty
+        for a host that serves alone).
     type: dict
     required: true
   groups:
@@ -33,12 +35,7 @@ options:
 EXAMPLES = r"""
 - name: The units of rollout are known
   ansible.builtin.set_fact:
-    units: >-
-      {{ hosts | sglang_rollout_units(dict(hosts | zip(hosts | map('extract', hostvars)
-                                           | map(attribute='sglang_server_multinode_group', default='')
-                                           | list)), groups) }}
-  vars:
-    hosts: "{{ groups['gpu_nodes'] }}"
+    units: "{{ groups['gpu_nodes'] | sglang_rollout_units(hostvars, groups) }}"
 """
 
 RETURN = r"""
@@ -51,11 +48,11 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 
-def sglang_rollout_units(hosts, multinode_group_of, groups):
+def sglang_rollout_units(hosts, hostvars, groups):
     hosts = list(hosts)
     units, seen = [], {}
     for position, host in enumerate(hosts):
-        group = multinode_group_of.get(host) or ""
+        group = (hostvars[host] if host in hostvars else {}).get("sglang_server_multinode_group") or ""
         if not group:
             units.append({"name": host, "rank0": host, "ranks": [host]})
             continue
@@ -107,16 +104,10 @@ def sglang_rollout_batches(units, serial):
     return sizes
 
 
-def sglang_router_worker_urls(units, urls):
-    """The URL the router reaches each unit at: its rank 0's (ranks >= 1 serve no API)."""
-    return [urls[unit["rank0"]] for unit in units]
-
-
 class FilterModule(object):
     def filters(self):
         return {
             "sglang_rollout_units": sglang_rollout_units,
             "sglang_rollout_batches": sglang_rollout_batches,
-            "sglang_router_worker_urls": sglang_router_worker_urls,
         }
 

@@ -2,13 +2,14 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from sglang_rollout import sglang_rollout_batches, sglang_rollout_units, sglang_router_worker_urls
+from sglang_rollout import sglang_rollout_batches, sglang_rollout_units
 
 GROUPS = {"tp": ["b0", "b1"], "big": ["c0", "c1", "c2", "c3"]}
 
 
 def units(hosts, of):
-    return sglang_rollout_units(hosts, of, GROUPS)
+    """of: each host's multi-node group, given to the filter as hostvars (a host may have none)."""
+    return sglang_rollout_units(hosts, {h: {"sglang_server_multinode_group": g} for h, g in of.items()}, GROUPS)
 
 
 def test_single_hosts_and_a_group_in_rank_order():
@@ -45,8 +46,3 @@ def test_a_bad_serial_entry_is_named():
     with pytest.raises(AnsibleFilterError, match="'half'"):
         sglang_rollout_batches(units(["a"], {}), ["half"])
 
-
-def test_routers_reach_rank_0_only():
-    found = units(["a", "b0", "b1"], {"b0": "tp", "b1": "tp"})
-    assert sglang_router_worker_urls(found, {"a": "http://a:30000", "b0": "http://b0:30000",
-                                             "b1": "http://b1:30000"}) == ["http://a:30000", "http://b0:30000"]
