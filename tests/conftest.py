@@ -11,13 +11,8 @@ for sub in ("plugins/modules", "plugins/filter", "files/lab", "tools"):
 
 def _register_module_utils():
     """Modules import ours as ansible.module_utils.<name>, as they do on a managed host."""
-    import importlib.util
-    for path in (ROOT / "plugins/module_utils").glob("*.py"):
-        name = "ansible.module_utils." + path.stem
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+    import ansible.module_utils
+    ansible.module_utils.__path__.append(str(ROOT / "plugins/module_utils"))
 
 
 _register_module_utils()
@@ -71,3 +66,12 @@ def captured_nodes():
         major, minor = rest.split()[-3].split(":")
         nodes.append((path, "c" if "character" in rest else "b", int(major), int(minor)))
     return nodes
+
+
+def inserted(entry, block):
+    """The target file with `block` (lines ending in a newline) put where blockinfile puts it."""
+    from sglang_patch_probe import find_anchor
+    lines = open(entry["path"]).read().splitlines(True)
+    anchor = entry["insertafter"] or entry["insertbefore"]
+    at = find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
+    return "".join(lines[:at]) + block + "".join(lines[at:])

@@ -15,7 +15,8 @@ TARGETS = ["sglang/srt/models/kimi_k25.py",
            "sglang/srt/distributed/device_communicators/torch_symm_mem.py",
            "sglang/srt/layers/communicator.py",
            "flashinfer/jit/comm.py",
-           "sglang/srt/server_args.py"]
+           "sglang/srt/server_args.py",
+           "sglang/srt/models/deepseek_v2.py"]
 
 
 @pytest.fixture
@@ -73,6 +74,7 @@ def test_patch_verify_rerun_check_and_revert(inventory, site_packages):
         compile((site / target).read_text(), target, "exec")
     assert "12: {2: 64 * MiB, 4: 64 * MiB, 6: 128 * MiB, 8: 128 * MiB}," in (site / TARGETS[1]).read_text()
     assert "supported_major_versions=[9, 10, 12]" in (site / TARGETS[4]).read_text()
+    assert "hidden_states = tensor_model_parallel_all_reduce(hidden_states)" in (site / TARGETS[6]).read_text()
 
     run, host = patch(inventory, site)
     assert run.rc == 0 and host.changed == 0                  # idempotent

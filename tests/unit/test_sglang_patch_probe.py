@@ -4,6 +4,7 @@ import ast
 import pytest
 
 import sglang_patch_probe as probe_mod
+from conftest import inserted
 
 SETTINGS = {"symm_mem_max_sizes_mib": {2: 64, 4: 64, 6: 128, 8: 128}, "multimem_world_sizes": []}
 ALL = list(probe_mod.ALL_PATCHES)
@@ -43,14 +44,6 @@ def test_only_the_missing_methods_are_added(site_packages):
     assert "def set_embed_and_head" in block and "def set_eagle3_layers_to_capture" in block
 
 
-def inserted(entry, block):
-    """The target file with `block` (lines ending in a newline) put where blockinfile puts it."""
-    lines = open(entry["path"]).read().splitlines(True)
-    anchor = entry["insertafter"] or entry["insertbefore"]
-    at = probe_mod.find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
-    return "".join(lines[:at]) + block + "".join(lines[at:])
-
-
 def test_the_blocks_compile_where_they_go(site_packages):
     site = site_packages()
     for entry in plan(site)[0]["patches"]:
@@ -60,6 +53,8 @@ def test_the_blocks_compile_where_they_go(site_packages):
 def write_blocks(site, settings=SETTINGS):
     """Every block written as blockinfile writes it (markers, block, newline), at its anchor."""
     for entry in probe_mod.probe(str(site), ALL, settings)[0]["patches"]:
+        if entry["status"] != "apply":  # upstream already has it (0.5.10's KimiK25 methods)
+            continue
         block = "".join(line + "\n" for line in [entry["marker"].replace("{mark}", "BEGIN"), entry["block"],
                                                  entry["marker"].replace("{mark}", "END")])
         text = inserted(entry, block)
@@ -130,7 +125,7 @@ def test_a_gate_flag_read_elsewhere_is_drift(site_packages):
 
 def test_verify_fails_on_an_unpatched_tree(site_packages):
     _, errors = plan(site_packages(), mode="verify")
-    assert len(errors) == 6 and all(e.endswith("not applied") for e in errors)
+    assert len(errors) == len(ALL) == 7 and all(e.endswith("not applied") for e in errors)
 
 
 def test_methods_at_module_level_are_not_in_effect():
@@ -162,3 +157,50 @@ def test_the_startup_log_of_server_args_shows_no_key(site_packages):
     assert "s3cret" not in logged
     assert logged == "server_args=ServerArgs(model_path='/models/kimi', api_key='<redacted>', admin_api_key=None)"
     assert probe_mod.PATCHES["server_args_redact_secrets"].in_effect(ast.parse(patched), SETTINGS) is None
+
+
+CAPTURE = "eagle3_fused_allreduce_capture"
+
+
+def test_the_eagle3_capture_is_patched_on_0_5_9_and_0_5_10_and_then_applied(site_packages):
+    for version in ("0.5.9", "0.5.10"):
+        site = site_packages(version)
+        entry = by_name(plan(site, names=[CAPTURE])[0])[CAPTURE]
+        assert (entry["status"], entry["insertbefore"]) == ("apply", r"^                if i in self\.layers_to_capture:$")
+        assert "hidden_states = tensor_model_parallel_all_reduce(hidden_states)" in entry["block"]
+        write_blocks(site)
+        assert by_name(plan(site)[0])[CAPTURE]["status"] == "applied"
+        _, errors = plan(site, mode="verify")
+        assert errors == []
+
+
+def test_0_5_23_captures_after_the_fused_kernel_itself(site_packages):
+    """Upstream's fix (PR #28343): the layer captures inside, from the fused kernel's residual output."""
+    result, errors = plan(site_packages("0.5.23"), names=[CAPTURE])
+    entry = by_name(result)[CAPTURE]
+    assert (entry["status"], entry["block"]) == ("upstream", "")
+    assert entry["reason"].startswith("not needed: upstream already provides it")
+    assert CAPTURE not in " ".join(errors)
+
+
+def test_an_unknown_capture_shape_is_refused_naming_the_file(site_packages):
+    site = site_packages()
+    path = site / "sglang/srt/models/deepseek_v2.py"
+    before = path.read_text().replace("aux_hidden_states.append(hidden_states + residual)",
+                                      "aux_hidden_states.append(self.capture(hidden_states, residual))")
+    path.write_text(before)
+    result, errors = plan(site, names=[CAPTURE])
+    assert errors == ["%s: upstream drifted in %s (anchor /^                if i in self\\.layers_to_capture:$/): the "
+                      "capture no longer appends `hidden_states + residual`" % (CAPTURE, path)]
+    assert by_name(result)[CAPTURE]["block"] == "" and path.read_text() == before
+
+
+def test_verify_finds_a_capture_block_placed_after_the_capture(site_packages):
+    site = site_packages()
+    entry = by_name(plan(site, names=[CAPTURE])[0])[CAPTURE]
+    text = open(entry["path"]).read()
+    lines = text.splitlines(True)
+    anchor = probe_mod.find_anchor(text, entry["insertbefore"])[0]
+    tree = ast.parse("".join(lines[:anchor + 7]) + entry["block"] + "\n" + "".join(lines[anchor + 7:]))
+    assert probe_mod.PATCHES[CAPTURE].in_effect(tree, SETTINGS) == \
+        "the reduction comes after the capture in DeepseekV2Model.forward"
