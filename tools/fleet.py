@@ -157,13 +157,33 @@ def describe_flash_attn(facts: dict) -> str:
 
 
 def describe_fusion(facts: dict) -> str:
-    """"on", "off (switched off)", "off: self-test fail" or "-" from the server role's decision."""
+    """The server role's fusion decision with the speed-up its self-test measured, as one cell:
+    "on (self-test pass, 1.43x)", "off (self-test pass, not faster: 1.02x)", "off: self-test fail",
+    "off (EAGLE-3 capture unpatched)", "off (switched off)" or "-"."""
     fusion = facts.get("sglang_server_fusion")
     if not fusion:
         return "-"
+    speedup = fusion.get("speedup")
+    measured = ", %.2fx" % float(speedup) if speedup not in (None, "", "None") else ""
     if fusion.get("enabled") in (True, "True", "true"):
-        return "on (self-test %s)" % fusion.get("selftest") if fusion.get("switch") == "auto" else "on"
-    return "off (switched off)" if fusion.get("switch") == "off" else "off: self-test %s" % fusion.get("selftest")
+        return "on (self-test %s%s)" % (fusion.get("selftest"), measured) if fusion.get("selftest") != "not run" \
+            else "on"
+    cause = fusion.get("cause")
+    if fusion.get("switch") == "off" or cause == "switched-off":
+        return "off (switched off)"
+    if cause == "capture":
+        return "off (EAGLE-3 capture unpatched)"
+    if cause == "slower":
+        return "off (self-test pass, not faster: %.2fx)" % float(speedup)
+    if cause == "no-timings":
+        return "off (self-test pass, no decode timings)"
+    return "off: self-test %s" % fusion.get("selftest")
+
+
+def describe_accept(facts: dict) -> str:
+    """EAGLE-3's average accept length the server reported to the verify stage, or "-"."""
+    value = facts.get("sglang_verify_accept_length")
+    return "%.2f" % float(value) if value not in (None, "", "None") else "-"
 
 
 def describe_models(facts: dict) -> str:
@@ -177,7 +197,7 @@ def describe_models(facts: dict) -> str:
 
 def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
-             "MODELS", "FUSION", "SERVER")]
+             "MODELS", "FUSION", "ACCEPT", "SERVER")]
     # The controller's own plays (the rollout plan, the bench report) get a row only when they fail.
     hosts = {h: r for h, r in run.hosts.items() if h != "localhost" or r.failed or r.unreachable}
     for host, r in hosts.items():
@@ -185,7 +205,7 @@ def report(run: PlaybookRun) -> str:
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
-                     str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f),
+                     str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f), describe_accept(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
                      str(f.get("sglang_verify_status") or f.get("sglang_server_status")
                          or f.get("sglang_router_status", "-"))))
@@ -196,6 +216,11 @@ def report(run: PlaybookRun) -> str:
         fusion = r.facts.get("sglang_server_fusion") or {}
         if fusion.get("switch") == "auto" and fusion.get("enabled") in (False, "False", "false"):
             lines.append("  i %s: serves without allreduce fusion: %s" % (host, fusion.get("reason")))
+        for row in r.facts.get("sglang_bench_fusion_flags") or []:
+            lines.append("  ! %s: EAGLE-3 accepts fewer tokens with allreduce fusion: %.2f fused vs %.2f unfused "
+                         "at concurrency %d (%.1f%% lower, tolerance %g%%)"
+                         % (host, row["fused_accept_length"], row["unfused_accept_length"], row["concurrency"],
+                            row["accept_drop_percent"], row["tolerance_percent"]))
         for model in r.facts.get("sglang_model_report") or []:
             for path, why in (model.get("problems") or {}).items():
                 lines.append("  i %s: %s: %s was %s; fetched again%s" % (

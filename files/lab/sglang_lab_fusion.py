@@ -4,7 +4,8 @@ GPU; everything around it (one process per GPU, the watchdog, the verdict, the k
 role's auto/on/off switch) is the real code.
 
 Behaviour comes from /etc/lab-gpu/fusion.json (files/lab/provision.yml): {"result": "pass" | "fail"
-| "hang" | "no-ninja"}. fail returns an error far beyond bf16's; hang never returns; no-ninja fails
+| "hang" | "no-ninja", "speedup": unfused/fused time (optional: a correct kernel that is barely
+faster, or slower, than sglang's unfused path)}. fail returns an error far beyond bf16's; hang never returns; no-ninja fails
 as flashinfer's JIT does on a real host whose PATH lacks the venv's bin
 (tests/fixtures/hosts/h200x2-driver580/). Like flashinfer's JIT, it leaves its build under the
 running user's ~/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE if set), so the tests see whose
@@ -31,9 +32,10 @@ def run(rank, world_size, settings):
         leave_jit_build()
     try:
         with open(CONFIG) as handle:
-            result = json.load(handle).get("result", "pass")
+            config = json.load(handle)
     except OSError:
-        result = "pass"
+        config = {}
+    result, speedup = config.get("result", "pass"), config.get("speedup")
     if result == "no-ninja":
         raise FileNotFoundError(2, "No such file or directory", "ninja")
     if result == "hang":
@@ -41,5 +43,8 @@ def run(rank, world_size, settings):
             time.sleep(60)
     err = 0.75 if result == "fail" else 0.0078125
     shapes = [{"tokens": t, "max_abs_err": err, "norm_err": err, "residual_err": 0.0, "ref_max_abs": 5.0,
-               "fused_us": round(20 + t * 0.06, 1), "unfused_us": round(280 + t * 0.08, 1)} for t in settings["tokens"]]
-    return {"rank": rank, "shapes": shapes, "jit_seconds": 0.0, "device": "lab (simulated)"}
+               "fused_us": round(20 + t * 0.06, 1),
+               "unfused_us": round((20 + t * 0.06) * speedup if speedup else 280 + t * 0.08, 1)}
+              for t in settings["tokens"]]
+    return {"rank": rank, "shapes": shapes, "jit_seconds": 0.0, "device": "lab (simulated)",
+            "baseline": "lab (simulated)"}

@@ -11,8 +11,9 @@ FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server E
          "sglang_server_status": "healthy, known answer right (41.2s)",
          "sglang_model_report": [{"repo_id": "nvidia/Kimi-K2.5-NVFP4", "state": "verified", "problems": {}},
                                  {"repo_id": "lightseekorg/kimi-k2.5-eagle3", "state": "verified", "problems": {}}],
-         "sglang_server_fusion": {"enabled": True, "switch": "auto", "selftest": "pass",
-                                  "reason": "self-test pass: max error 0.03125 within tolerance"}}
+         "sglang_server_fusion": {"enabled": True, "switch": "auto", "selftest": "pass", "speedup": 1.43,
+                                  "cause": "faster", "reason": "self-test pass, 1.43x faster at decode"},
+         "sglang_verify_accept_length": 2.65}
 
 
 def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
@@ -23,10 +24,11 @@ def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
     lines = report(run).splitlines()
     assert lines[1] == "Fleet report: site.yml, 2 host(s), failed"
     assert lines[2].split() == ["HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG",
-                                "FLASH-ATTN", "PATCHES", "MODELS", "FUSION", "SERVER"]
+                                "FLASH-ATTN", "PATCHES", "MODELS", "FUSION", "ACCEPT", "SERVER"]
     assert "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (cc 12.0)  120    580.95.05  13.0.88  0.5.9" in lines[3]
     assert "0.5.9   2.8.3 installed from cache  4 applied" in lines[3]
-    assert "4 applied, 1 upstream  verified 2  on (self-test pass)  healthy, known answer right (41.2s)" in lines[3]
+    assert ("4 applied, 1 upstream  verified 2  on (self-test pass, 1.43x)  2.65    healthy, known answer right (41.2s)"
+            in lines[3])
     assert lines[4].split()[:4] == ["gpu-2", "4", "0", "1"]
     assert lines[5] == "  ! gpu-2: The host fits the fleet profile: gpu-2 does not fit the GPU profile: GPU count"
     assert lines[6] == "  1 host(s) ok, 1 failed; 0 change(s) in all"
@@ -40,7 +42,8 @@ def test_a_run_that_reached_no_host_says_so():
 def test_the_verify_stage_s_finding_replaces_the_health_gate_s():
     facts = dict(FACTS, sglang_verify_status="verified: EAGLE3, tp 8, allreduce fusion on, sglang 0.5.9")
     text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {"gpu-1": HostResult(ok=80, facts=facts)}))
-    assert text.splitlines()[3].endswith("on (self-test pass)  verified: EAGLE3, tp 8, allreduce fusion on, sglang 0.5.9")
+    assert text.splitlines()[3].endswith("on (self-test pass, 1.43x)  2.65    verified: EAGLE3, tp 8, allreduce fusion "
+                                         "on, sglang 0.5.9")
 
 
 def test_a_host_serving_without_fusion_says_why():
@@ -53,6 +56,27 @@ def test_a_host_serving_without_fusion_says_why():
     assert "off: self-test fail" in lines[3] and "off (switched off)" in lines[4]
     assert lines[5] == ("  i gpu-1: serves without allreduce fusion: self-test fail: fused result differs from NCCL "
                         "all-reduce + add + RMSNorm: max error 0.75")
+
+
+def test_every_reason_to_serve_without_fusion_has_its_words_and_the_measured_speedup():
+    cases = {"slower": ({"selftest": "pass", "speedup": 1.02}, "off (self-test pass, not faster: 1.02x)"),
+             "capture": ({"selftest": "pass", "speedup": 1.4}, "off (EAGLE-3 capture unpatched)"),
+             "no-timings": ({"selftest": "pass", "speedup": None}, "off (self-test pass, no decode timings)")}
+    for cause, (fields, words) in cases.items():
+        fusion = dict(fields, enabled=False, switch="auto", cause=cause, reason="the filter's sentence")
+        text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+            "gpu-1": HostResult(ok=80, facts=dict(FACTS, sglang_server_fusion=fusion))}))
+        assert words in text.splitlines()[3], cause
+        assert "  i gpu-1: serves without allreduce fusion: the filter's sentence" in text
+
+
+def test_a_fusion_a_b_that_lost_accept_length_is_flagged():
+    flags = [{"concurrency": 1, "fused_accept_length": 1.6, "unfused_accept_length": 2.65, "accept_drop_percent": 39.6,
+              "tolerance_percent": 5}]
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "gpu-1": HostResult(ok=80, facts=dict(FACTS, sglang_bench_fusion_flags=flags))}))
+    assert ("  ! gpu-1: EAGLE-3 accepts fewer tokens with allreduce fusion: 1.60 fused vs 2.65 unfused at "
+            "concurrency 1 (39.6% lower, tolerance 5%)") in text
 
 
 def test_a_repaired_model_file_is_named_with_where_it_came_from():

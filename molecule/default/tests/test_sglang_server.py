@@ -216,10 +216,30 @@ def test_on_fails_the_host_before_the_unit_changes_when_the_self_test_fails(host
                            extravars={"sglang_server_allreduce_fusion": "on", "sglang_server_fusion_selftest_timeout": 62})
         result = run.hosts[NODES[0]]
         assert run.rc != 0 and result.failed == 1
-        assert "sglang_server_allreduce_fusion is on, but the fusion self-test says fail" in result.failures[0]["msg"]
+        assert "sglang_server_allreduce_fusion is on, but self-test fail: " in result.failures[0]["msg"]
         assert node.file(UNIT).content_string == before
     finally:
         set_fusion(node, "pass")
+
+
+def test_auto_serves_without_a_correct_fused_kernel_that_is_not_faster(host):
+    """A correct fused kernel that is barely faster than sglang's unfused path is not worth turning on."""
+    node = nodes(host)[0]
+    node.check_output("printf '{\"result\": \"pass\", \"speedup\": 1.02}\\n' > /etc/lab-gpu/fusion.json")
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars={"sglang_server_fusion_selftest_timeout": 63})
+        assert run.rc == 0, run.failure_summary
+        fusion = fusion_facts(run)
+        assert (fusion["enabled"], fusion["selftest"], fusion["speedup"], fusion["cause"]) == (False, "pass", 1.02,
+                                                                                               "slower")
+        assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
+        report = fleet.report(run)
+        assert "off (self-test pass, not faster: 1.02x)" in report
+        assert ("i %s: serves without allreduce fusion: self-test pass, not faster: 1.02x at decode (1, 8, 64 tokens), "
+                "1.05x needed (sglang_server_fusion_min_speedup)" % NODES[0]) in report
+    finally:
+        set_fusion(node, "pass")
+        assert run_playbook(SERVER, INVENTORY, limit=NODES[0]).rc == 0  # back to the converged unit
 
 
 def test_off_runs_no_self_test_and_no_flag(host):
@@ -228,7 +248,8 @@ def test_off_runs_no_self_test_and_no_flag(host):
     try:
         run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars={"sglang_server_allreduce_fusion": "off"})
         assert run.rc == 0, run.failure_summary
-        assert fusion_facts(run) == {"enabled": False, "switch": "off", "selftest": "not run",
+        assert fusion_facts(run) == {"enabled": False, "switch": "off", "selftest": "not run", "speedup": None,
+                                     "min_speedup": 1.05, "cause": "switched-off", "refusal": "",
                                      "reason": "switched off (sglang_server_allreduce_fusion: off)"}
         assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
     finally:

@@ -5,7 +5,10 @@ One process per GPU (torch.distributed, NCCL). Each sets up flashinfer's IPC wor
 0.5.9 does (srt/layers/flashinfer_comm_fusion.py: max 2048 tokens, the model's hidden size), runs
 the fused all-reduce + residual add + RMSNorm (kARResidualRMSNorm) on random bf16 inputs at decode
 and prefill token counts, and compares it with the unfused reference: NCCL all-reduce, then the
-same add and RMSNorm in torch. Both are timed. A watchdog turns a hang into a failure.
+same add and RMSNorm in torch, in fp32. It is timed against what sglang itself runs without fusion:
+sglang's own all-reduce for this world (its tensor-parallel group, set up as its model runner does:
+custom all-reduce where sglang takes it, torch symmetric memory with --torch-symm-mem, else NCCL),
+then flashinfer's fused add + RMSNorm. A watchdog turns a hang into a failure.
 
 The result is one JSON object (stdout, and --cache-dir/<key>.json). The key covers what can change
 the outcome: flashinfer's version and the bytes of its comm sources (the patch state), the driver,
@@ -29,7 +32,7 @@ import sys
 import tempfile
 import time
 
-SCHEMA = 1
+SCHEMA = 2  # 2: unfused_us is sglang's own unfused path, not NCCL + torch
 
 
 def nvidia_smi(*args):
@@ -101,14 +104,40 @@ def timed(fn, iters, warmup=3):
     return sorted(times)[len(times) // 2]
 
 
+class BaselineError(RuntimeError):
+    """sglang's own unfused path could not be set up on this host: the test could not run."""
+
+
+def sglang_tp_group(rank, world_size, settings):
+    """sglang's tensor-parallel group for this world, set up as its model runner sets it up
+    (srt/model_executor/model_runner.py: the all-reduce switches, then the groups), and the name of
+    the all-reduce it holds: what a server without fusion runs between a layer and the next."""
+    try:
+        from sglang.srt.distributed import parallel_state as ps
+        ps.set_custom_all_reduce(settings["custom_all_reduce"])
+        ps.set_torch_symm_mem_all_reduce(settings["torch_symm_mem"])
+        ps.init_distributed_environment(world_size=world_size, rank=rank, local_rank=rank, backend="nccl")
+        ps.initialize_model_parallel(tensor_model_parallel_size=world_size)
+        group = ps.get_tp_group()
+    except Exception as exc:  # no verdict on the GPUs without the baseline to time against
+        raise BaselineError("sglang's tensor-parallel group could not be set up: %s: %s"
+                            % (type(exc).__name__, exc)) from exc
+    held = [name for name, comm in (("custom all-reduce", group.ca_comm), ("torch symmetric memory",
+                                                                            group.torch_symm_mem_comm))
+            if comm is not None and not comm.disabled]
+    return group, held[0] if held else "NCCL"
+
+
 def run(rank, world_size, settings):
     """The real test on GPU `rank`: returns this rank's errors and timings per shape."""
     import torch
     import torch.distributed as dist
     import flashinfer.comm as comm
+    from flashinfer.norm import fused_add_rmsnorm
 
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=torch.device("cuda", rank))
+    tp_group, baseline = sglang_tp_group(rank, world_size, settings)
     hidden, max_tokens, eps = settings["hidden"], settings["max_tokens"], settings["eps"]
     jit_start = time.monotonic()
     ipc_handles, workspace = comm.trtllm_create_ipc_workspace_for_all_reduce_fusion(
@@ -133,17 +162,24 @@ def run(rank, world_size, settings):
                     residual_in=residual, residual_out=residual_out, norm_out=norm_out, quant_out=None,
                     scale_out=None, rms_gamma=weight, rms_eps=eps, scale_factor=None, layout_code=None)
 
-            def unfused():
+            def reference():
                 reduced = x.clone()
                 dist.all_reduce(reduced)
                 added = reduced + residual
                 return rms_norm_reference(added, weight, eps), added
 
+            # sglang without fusion: its all-reduce on the layer's output (in place for NCCL), then
+            # flashinfer's fused add + RMSNorm in place. Normalising keeps the repeated values bounded.
+            work, work_residual = x.clone(), residual.clone()
+
+            def unfused():
+                fused_add_rmsnorm(tp_group.all_reduce(work), work_residual, weight, eps)
+
             fused()
             torch.cuda.synchronize()
             if not shapes:
                 jit_seconds = time.monotonic() - jit_start
-            ref_norm, ref_residual = unfused()
+            ref_norm, ref_residual = reference()
             err_norm = (norm_out.float() - ref_norm.float()).abs().max().item()
             err_res = (residual_out.float() - ref_residual.float()).abs().max().item()
             scale = ref_norm.float().abs().max().item()
@@ -155,16 +191,20 @@ def run(rank, world_size, settings):
     finally:
         dist.barrier()
         comm.trtllm_destroy_ipc_workspace_for_all_reduce_fusion(ipc_handles, group=dist.group.WORLD)
-        dist.destroy_process_group()
+        from sglang.srt.distributed import parallel_state as ps
+        ps.destroy_model_parallel()
+        ps.destroy_distributed_environment()
+        if dist.is_initialized():
+            dist.destroy_process_group()
     return {"rank": rank, "shapes": shapes, "jit_seconds": round(jit_seconds, 1),
-            "device": torch.cuda.get_device_name(rank)}
+            "device": torch.cuda.get_device_name(rank), "baseline": baseline}
 
 
 # --- the parent: one process per GPU, a watchdog, the verdict --------------------------------------
 
 # What says the test could not run here, rather than anything about the GPUs: a module that does not
 # import, a tool that is not on PATH (flashinfer's JIT runs `ninja`), a compile that failed.
-SETUP_ERRORS = (ImportError, FileNotFoundError, subprocess.CalledProcessError)
+SETUP_ERRORS = (ImportError, FileNotFoundError, subprocess.CalledProcessError, BaselineError)
 SETUP_EXIT = 3
 
 
@@ -265,6 +305,10 @@ def main(argv=None):
     parser.add_argument("--atol", type=float, default=0.0625, help="absolute tolerance (bf16)")
     parser.add_argument("--rtol", type=float, default=0.0078125, help="relative to the reference's largest value")
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per shape")
+    parser.add_argument("--torch-symm-mem", action="store_true",
+                        help="the server runs --enable-torch-symm-mem: sglang's unfused all-reduce may use it")
+    parser.add_argument("--disable-custom-all-reduce", action="store_true",
+                        help="the server runs --disable-custom-all-reduce")
     parser.add_argument("--worker", default="", help="module that replaces the GPU part (the lab)")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
@@ -278,7 +322,8 @@ def main(argv=None):
     if not tokens or max(tokens) > args.max_tokens or min(tokens) < 1 or args.timeout < 1:
         parser.error("token counts must lie in 1..--max-tokens and --timeout must be positive")
     settings = {"tokens": tokens, "hidden": args.hidden, "max_tokens": args.max_tokens, "eps": args.eps,
-                "iters": args.iters, "worker": args.worker}
+                "iters": args.iters, "worker": args.worker, "torch_symm_mem": args.torch_symm_mem,
+                "custom_all_reduce": not args.disable_custom_all_reduce}
     tolerance = {"atol": args.atol, "rtol": args.rtol}
     started = time.monotonic()
     result = {"status": "error", "reason": "", "cached": False, "tolerance": tolerance, "settings": settings}
@@ -309,7 +354,7 @@ def main(argv=None):
                 status, reason, shapes = verdict(results, tolerance)
                 result.update(status=status, reason=reason, shapes=shapes,
                               jit_seconds=max(r.get("jit_seconds", 0) for r in results),
-                              device=results[0].get("device"))
+                              device=results[0].get("device"), baseline=results[0].get("baseline"))
     except Exception as exc:  # the verdict must always be a JSON object the caller can read
         result.update(status="error", reason="%s: %s" % (type(exc).__name__, exc))
     result["elapsed_s"] = round(time.monotonic() - started, 1)

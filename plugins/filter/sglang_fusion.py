@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Whether a server runs FlashInfer's allreduce fusion, and why: the one place that decides it."""
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+# What the sglang_patch_probe says of the EAGLE-3 capture when it is right under fusion.
+CAPTURE_OK = ("applied", "upstream")
+CAPTURE_PATCH = "eagle3_fused_allreduce_capture"
+
+
+def _speedup(selftest, decode_tokens):
+    """The smallest unfused/fused time ratio over the decode token counts the self-test timed, or None."""
+    shapes = [s for s in (selftest or {}).get("shapes") or []
+              if int(s.get("tokens", -1)) in decode_tokens and s.get("fused_us") and s.get("unfused_us")]
+    if not shapes:
+        return None
+    return round(min(float(s["unfused_us"]) / float(s["fused_us"]) for s in shapes), 2)
+
+
+def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8, 64), speculative=False, tp=1,
+                    capture=None, capture_guard=True):
+    """{enabled, switch, selftest, speedup, reason, refusal}.
+
+    switch: on / off / auto (sglang_server_allreduce_fusion).
+    selftest: the fusion self-test's JSON, or None where it did not run (check mode before the user exists).
+    capture: the probe's status of the EAGLE-3 capture patch on the install to serve (None: not probed).
+    capture_guard: false serves fusion whatever the capture (the bench's fusion A/B measures the defect so).
+    refusal: non-empty when `on` cannot be honoured; the role fails the host with it before the unit changes.
+    """
+    if switch not in ("on", "off", "auto"):
+        raise AnsibleFilterError("fusion_decision: switch must be on, off or auto, not %r" % (switch,))
+    if not isinstance(min_speedup, (int, float)) or min_speedup <= 0:
+        raise AnsibleFilterError("fusion_decision: min_speedup must be a positive number, not %r" % (min_speedup,))
+    decode_tokens = [int(t) for t in decode_tokens]
+    status = (selftest or {}).get("status", "not run")
+    speedup = _speedup(selftest, decode_tokens)
+    # cause: what decided it, for the fleet report to word (tools/fleet.py); reason: the run output's sentence.
+    decision = {"switch": switch, "selftest": status, "speedup": speedup, "min_speedup": float(min_speedup),
+                "enabled": False, "cause": "", "reason": "", "refusal": ""}
+
+    def off(cause, reason):
+        decision.update(cause=cause, reason=reason)
+        if switch == "on":
+            decision.update(refusal=reason)
+        return decision
+
+    if switch == "off":
+        return dict(decision, cause="switched-off", reason="switched off (sglang_server_allreduce_fusion: off)")
+    if capture_guard and speculative and int(tp) > 1 and capture not in CAPTURE_OK:
+        return off("capture", "EAGLE-3 at tp %d would draft from one rank's partial sums: the install's EAGLE-3 capture is "
+                   "neither patched nor fixed upstream (%s: %s); turn on sglang_patches_eagle3_fused_capture"
+                   % (int(tp), CAPTURE_PATCH, capture or "not probed"))
+    if selftest is None:  # on is taken at its word; auto needs a verdict
+        return dict(decision, enabled=switch == "on", cause="not-run",
+                    reason="self-test not run: check mode, and the service user it runs as does not exist yet")
+    if switch == "on":
+        if status not in ("pass", "single-gpu"):
+            return off("selftest", "self-test %s: %s" % (status, selftest.get("reason", "")))
+        return dict(decision, enabled=True, cause="switched-on", reason="switched on; self-test %s%s" % (
+            status, ", %.2fx at decode" % speedup if speedup is not None else ""))
+    if status != "pass":
+        return off("selftest", "self-test %s: %s" % (status, selftest.get("reason", "")))
+    if speedup is None:
+        return off("no-timings", "self-test pass, but it timed none of the decode token counts %s" % decode_tokens)
+    if speedup < min_speedup:
+        return off("slower", "self-test pass, not faster: %.2fx at decode (%s tokens), %.2fx needed "
+                   "(sglang_server_fusion_min_speedup)" % (speedup, ", ".join(map(str, decode_tokens)), min_speedup))
+    return dict(decision, enabled=True, cause="faster", reason="self-test pass, %.2fx faster at decode" % speedup)
+
+
+class FilterModule:
+    def filters(self):
+        return {"sglang_fusion_decision": fusion_decision}

@@ -1,0 +1,82 @@
+"""The fusion decision: every switch against every self-test outcome, its speed and the EAGLE-3 capture."""
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from conftest import FIXTURES
+from sglang_fusion import fusion_decision
+
+X2 = FIXTURES / "hosts/h200x2-driver580"
+
+
+def selftest(status="pass", fused=20.0, unfused=30.0, tokens=(1, 8, 64, 512, 2048)):
+    return {"status": status, "reason": "why %s" % status,
+            "shapes": [{"tokens": t, "fused_us": fused, "unfused_us": unfused} for t in tokens]}
+
+
+@pytest.mark.parametrize("switch", ["on", "auto", "off"])
+@pytest.mark.parametrize("status", ["pass", "fail", "hang", "error", "single-gpu"])
+@pytest.mark.parametrize("ratio", [1.5, 1.02, 0.8])
+@pytest.mark.parametrize("capture", ["applied", "upstream", "apply", "drift", None])
+@pytest.mark.parametrize("speculative,tp", [(True, 8), (True, 1), (False, 8)])
+def test_every_combination(switch, status, ratio, capture, speculative, tp):
+    d = fusion_decision(switch, selftest(status, 20.0, 20.0 * ratio), 1.05, [1, 8, 64], speculative, tp, capture)
+    capture_bad = speculative and tp > 1 and capture not in ("applied", "upstream")
+    if switch == "off":
+        expected = False
+    elif capture_bad:
+        expected = False
+    elif switch == "on":
+        expected = status in ("pass", "single-gpu")
+    else:
+        expected = status == "pass" and ratio >= 1.05
+    assert d["enabled"] is expected
+    assert bool(d["refusal"]) is (switch == "on" and not expected)  # on never quietly serves without it
+    assert d["speedup"] == round(ratio, 2) and d["reason"]
+    if capture_bad and switch != "off":
+        assert "partial sums" in d["reason"] and "eagle3_fused_allreduce_capture: %s" % (capture or "not probed") \
+            in d["reason"]
+
+
+def test_a_correct_but_slower_kernel_serves_without_fusion_and_says_how_fast():
+    d = fusion_decision("auto", selftest(fused=50.0, unfused=51.0), 1.05)
+    assert (d["enabled"], d["selftest"], d["speedup"]) == (False, "pass", 1.02)
+    assert d["reason"].startswith("self-test pass, not faster: 1.02x at decode (1, 8, 64 tokens), 1.05x needed")
+
+
+def test_the_slowest_decode_shape_decides_and_prefill_does_not_count():
+    test = selftest()
+    test["shapes"][1]["unfused_us"] = 20.4                      # 8 tokens: 1.02x
+    test["shapes"][4]["unfused_us"] = 10.0                      # 2048 tokens (prefill): slower, not decode
+    assert fusion_decision("auto", test)["speedup"] == 1.02
+    assert fusion_decision("auto", test, decode_tokens=[1, 64])["speedup"] == 1.5
+
+
+def test_a_self_test_without_decode_timings_does_not_turn_fusion_on():
+    d = fusion_decision("auto", selftest(tokens=(512, 2048)))
+    assert not d["enabled"] and "timed none of the decode token counts [1, 8, 64]" in d["reason"]
+
+
+def test_the_real_two_gpu_verdict_is_decided_on_its_timings():
+    real = json.loads((X2 / "selftest-2gpu-patched.json").read_text())
+    d = fusion_decision("auto", real)
+    assert d["enabled"] and d["speedup"] == round(min(s["unfused_us"] / s["fused_us"] for s in real["shapes"]
+                                                      if s["tokens"] in (1, 8, 64)), 2)
+
+
+def test_check_mode_without_a_verdict():
+    assert fusion_decision("auto", None)["enabled"] is False
+    assert fusion_decision("on", None)["enabled"] is True
+
+
+@pytest.mark.parametrize("args", [("maybe", None), ("auto", None, 0), ("auto", None, "fast")])
+def test_bad_input_is_refused(args):
+    with pytest.raises(AnsibleFilterError):
+        fusion_decision(*args)
+
+
+def test_without_the_guard_an_unpatched_capture_does_not_stop_fusion():
+    """The bench's fusion A/B measures what the defect costs: it needs the fused server to run."""
+    d = fusion_decision("on", selftest(), 1.05, [1, 8, 64], True, 8, "apply", capture_guard=False)
+    assert d["enabled"] and not d["refusal"]
