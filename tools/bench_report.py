@@ -22,7 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = Path(__file__).resolve().with_name("bench_report.schema.json")
-VARIANTS = ("baseline", "eagle3")
+sys.path.insert(0, str(ROOT / "plugins/filter"))
+from sglang_bench_fusion import fusion_ab  # noqa: E402 (the role's fusion A/B, one home)
+
+VARIANTS = ("baseline", "eagle3", "eagle3-fusion-ab")
 # What the report keeps of each bench_serving result (its JSONL line), under the same names.
 METRICS = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms",
            "median_itl_ms", "p99_itl_ms", "accept_length", "completed", "duration")
@@ -46,7 +49,8 @@ def parse_bench_serving(result: dict | str) -> dict:
 
 
 def build_report(hosts: dict, *, slow_percent: float = 10.0, simulated: bool = False,
-                 settings: dict | None = None, generated: str | None = None) -> dict:
+                 settings: dict | None = None, generated: str | None = None,
+                 accept_tolerance_percent: float = 5.0) -> dict:
     """hosts: {host: [{"variant", "concurrency", "bench_serving": {...}}, ...]} -> the report."""
     report_hosts = {}
     for host, runs in sorted(hosts.items()):
@@ -54,10 +58,15 @@ def build_report(hosts: dict, *, slow_percent: float = 10.0, simulated: bool = F
         for run in runs:
             if run["variant"] not in VARIANTS:
                 raise ValueError("%s: unknown variant %r" % (host, run["variant"]))
+            fused = (run["bench_serving"].get("server_info") or {}).get("enable_flashinfer_allreduce_fusion")
             results.append(dict(variant=run["variant"], concurrency=int(run["concurrency"]),
+                                fusion=None if fused is None else bool(fused),
                                 **parse_bench_serving(run["bench_serving"])))
         results.sort(key=lambda r: (r["concurrency"], r["variant"]))
-        report_hosts[host] = {"results": results, "ab": ab_comparison(results), "slow": []}
+        report_hosts[host] = {"results": results, "ab": ab_comparison(results), "slow": [],
+                              "fusion_ab": fusion_ab([dict(r, server_info={"enable_flashinfer_allreduce_fusion":
+                                                                            r["fusion"]}) for r in results],
+                                                     accept_tolerance_percent)}
 
     medians: dict[str, dict[str, float]] = {}
     for variant in VARIANTS:
@@ -83,6 +92,7 @@ def build_report(hosts: dict, *, slow_percent: float = 10.0, simulated: bool = F
             "simulated": bool(simulated),
             "settings": settings or {},
             "slow_host_percent": slow_percent,
+            "accept_tolerance_percent": accept_tolerance_percent,
             "fleet_median_output_throughput": medians,
             "hosts": report_hosts}
 
@@ -139,6 +149,17 @@ def render_markdown(report: dict) -> str:
                        else "loses by %.1f%%" % -row["eagle3_gain_percent"])
             lines.append("| %s | %d | %.1f | %.1f | %s |" % (name, row["concurrency"], row["baseline_output_throughput"],
                                                             row["eagle3_output_throughput"], verdict))
+    fusion_rows = [(name, row) for name, host in report["hosts"].items() for row in host["fusion_ab"]]
+    if fusion_rows:
+        lines += ["", "## Allreduce fusion on vs off, EAGLE-3 accept length (flagged beyond %g%% lower)"
+                  % report["accept_tolerance_percent"], "",
+                  "| host | concurrency | accept fused | accept unfused | tok/s fused | tok/s unfused | |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, row in fusion_rows:
+            lines.append("| %s | %d | %s | %s | %.1f | %.1f | %s |" % (
+                name, row["concurrency"], row["fused_accept_length"], row["unfused_accept_length"],
+                row["fused_output_throughput"], row["unfused_output_throughput"],
+                "**%.1f%% lower with fusion**" % row["accept_drop_percent"] if row["flagged"] else "ok"))
     slow_hosts = [(name, x) for name, host in report["hosts"].items() for x in host["slow"]]
     lines += ["", "## Slow hosts (more than %g%% below the fleet median)" % report["slow_host_percent"], ""]
     lines += ["- **%s**: %s at concurrency %d, %.1f tok/s, %.1f%% below the median %.1f"
@@ -215,7 +236,8 @@ def from_saved(path: Path) -> dict:
     """The report from the per-host results the bench play saved on the controller."""
     saved = json.loads(path.read_text())
     return build_report(saved["hosts"], slow_percent=saved["slow_host_percent"], simulated=saved["simulated"],
-                        settings=saved["settings"], generated=saved.get("generated"))
+                        settings=saved["settings"], generated=saved.get("generated"),
+                        accept_tolerance_percent=saved.get("accept_tolerance_percent", 5.0))
 
 
 def run(inventory: list, *, ab: bool, extravars: dict, out: Path) -> tuple[dict, object]:

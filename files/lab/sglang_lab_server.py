@@ -140,8 +140,7 @@ class Handler(BaseHTTPRequestHandler):
             info.setdefault("served_model_name", self.server.args.get("model_path"))  # as ServerArgs fills it
             info.setdefault("speculative_algorithm", None)
             info.setdefault("enable_flashinfer_allreduce_fusion", False)
-            steps = int(info.get("speculative_num_steps") or 3)
-            info["internal_states"] = [{"avg_spec_accept_length": round(1 + 0.55 * steps, 2)}
+            info["internal_states"] = [{"avg_spec_accept_length": self.server.accept_length}
                                        if self.server.speculative else {}]
             return self.send_json(200, dict(info, version="lab"))
         return self.send_json(404, {"error": "not found"})
@@ -236,6 +235,30 @@ def merge_config(argv, site, flags):
     return module.ConfigArgumentMerger(boolean_actions=booleans).merge_config_with_args(argv)
 
 
+# sglang-fleet's patch that makes EAGLE-3 read reduced states under allreduce fusion (sglang_patches).
+CAPTURE_MARKER = "# BEGIN sglang-fleet patch eagle3_fused_allreduce_capture"
+
+
+def capture_is_right(site):
+    """Whether EAGLE-3's aux states are the reduced ones under fusion: our block in the installed
+    deepseek_v2.py, or a release that captures inside the layer as upstream's fix does."""
+    try:
+        with open(os.path.join(site, "sglang/srt/models/deepseek_v2.py")) as handle:
+            text = handle.read()
+    except OSError:
+        return True
+    return CAPTURE_MARKER in text or "captured_last_layer_outputs" in text
+
+
+def accept_length(args, site):
+    """Simulated average EAGLE-3 accept length. Like the real defect, it falls when fusion at tp > 1
+    hands the drafter one rank's partial sums (every token stays right: the target verifies them)."""
+    steps = int(args.get("speculative_num_steps") or 3)
+    good = 1 + 0.55 * steps
+    fused = bool(args.get("enable_flashinfer_allreduce_fusion")) and int(args.get("tensor_parallel_size") or 1) > 1
+    return round(good if not fused or capture_is_right(site) else 1 + 0.2 * steps, 2)
+
+
 def installed_mode(mode):
     """A lab sgl-kernel build may carry its own mode (labctl's crashing build): a release whose
     kernels fail to load, which only the install that holds it shows."""
@@ -272,6 +295,7 @@ def main(argv):
     server.tokens_per_second = float(config.get("tokens_per_second", 200))
     server.api_key = parsed.get("api_key")
     server.speculative = bool(parsed.get("speculative_algorithm"))
+    server.accept_length = accept_length(parsed, site)
     server.streams, server.lock = 0, threading.Lock()
     RUNNING["server"] = server
     signal.signal(signal.SIGTERM, lambda *_: stop(server))

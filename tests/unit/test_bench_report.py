@@ -107,3 +107,34 @@ def test_render_reads_what_the_bench_play_saved(tmp_path):
     assert bench_report.main(["render", str(tmp_path / "results.json")]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["generated"] == "2026-11-30T06:00:00Z" and report["hosts"]["gpu-1"]["results"][0]["concurrency"] == 1
+
+
+def fusion_runs(fused_accept, unfused_accept):
+    """EAGLE-3 as configured (fusion on) and with fusion toggled off, as the bench records them."""
+    def run(variant, fused, accept):
+        result = line(accept_length=accept, max_concurrency=1)
+        result["server_info"] = dict(result.get("server_info") or {}, enable_flashinfer_allreduce_fusion=fused)
+        return {"variant": variant, "concurrency": 1, "bench_serving": result}
+    return {"gpu-1": [run("eagle3", True, fused_accept), run("eagle3-fusion-ab", False, unfused_accept)]}
+
+
+def test_a_fused_server_that_accepts_fewer_drafts_is_flagged_in_every_file(tmp_path):
+    report = bench_report.build_report(fusion_runs(1.6, 2.65), accept_tolerance_percent=5)
+    row, = report["hosts"]["gpu-1"]["fusion_ab"]
+    assert (row["fused_accept_length"], row["unfused_accept_length"], row["accept_drop_percent"], row["flagged"]) \
+        == (1.6, 2.65, 39.6, True)
+    bench_report.write_report(report, tmp_path)  # validates against the schema
+    assert "| gpu-1 | 1 | 1.6 | 2.65 |" in (tmp_path / "report.md").read_text()
+    assert "**39.6% lower with fusion**" in (tmp_path / "report.md").read_text()
+
+
+def test_an_accept_length_within_the_tolerance_is_not_flagged():
+    row, = bench_report.build_report(fusion_runs(2.6, 2.65), accept_tolerance_percent=5)["hosts"]["gpu-1"]["fusion_ab"]
+    assert row["accept_drop_percent"] == 1.9 and not row["flagged"]
+
+
+def test_the_role_s_flags_come_from_the_same_comparison():
+    from sglang_bench_fusion import fusion_ab_flags
+    flagged, = fusion_ab_flags(fusion_runs(1.6, 2.65)["gpu-1"], 5)
+    assert flagged["concurrency"] == 1 and flagged["flagged"]
+    assert fusion_ab_flags(fusion_runs(2.6, 2.65)["gpu-1"], 5) == []

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import bench_report
+import fleet
 from fleet import run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -52,8 +53,8 @@ def ab_run(host, tmp_path_factory):
     two concurrencies where the lab's speed model puts the verdicts (a third costs 80 s of CI)."""
     before = unit_digests(host)
     out = tmp_path_factory.mktemp("bench-report")
-    report, run = bench_report.run([INVENTORY], ab=True, extravars={"sglang_bench_concurrencies": CONCURRENCIES},
-                                   out=out)
+    report, run = bench_report.run([INVENTORY], ab=True, extravars={"sglang_bench_concurrencies": CONCURRENCIES,
+                                                                     "sglang_bench_fusion_ab": True}, out=out)
     return before, out, report, run
 
 
@@ -63,10 +64,16 @@ def test_the_a_b_runs_both_variants_at_every_concurrency(ab_run):
     for name in NODES:
         results = report["hosts"][name]["results"]
         assert sorted((r["variant"], r["concurrency"]) for r in results) == sorted(
-            (v, c) for v in ("baseline", "eagle3") for c in CONCURRENCIES)
+            (v, c) for v in ("baseline", "eagle3", "eagle3-fusion-ab") for c in CONCURRENCIES)
         assert all(r["completed"] > 0 and r["output_throughput"] > 0 for r in results)
-        # The accept length comes from the server, and only a speculative server has one.
-        assert {r["accept_length"] for r in results if r["variant"] == "eagle3"} == {2.65}
+        assert {(r["variant"], r["fusion"]) for r in results} == {
+            ("baseline", True), ("eagle3", True), ("eagle3-fusion-ab", False)}
+        # The accept length comes from the server, and only a speculative server has one; with the
+        # capture patched, fusion costs none of it.
+        assert {r["accept_length"] for r in results if r["variant"] != "baseline"} == {2.65}
+        fusion_ab = report["hosts"][name]["fusion_ab"]
+        assert [row["concurrency"] for row in fusion_ab] == CONCURRENCIES
+        assert not any(row["flagged"] for row in fusion_ab) and run.hosts[name].facts["sglang_bench_fusion_flags"] == []
         assert {r["accept_length"] for r in results if r["variant"] == "baseline"} == {None}
         ab = {row["concurrency"]: row for row in report["hosts"][name]["ab"]}
         assert sorted(ab) == CONCURRENCIES
@@ -89,6 +96,7 @@ def test_both_nodes_end_on_their_original_unit_and_serve(host, ab_run):
     for node in nodes(host):
         assert node.service("sglang").is_running
         assert "--speculative-algorithm EAGLE3" in node.file(UNIT).content_string
+        assert "--enable-flashinfer-allreduce-fusion" in node.file(UNIT).content_string
 
 
 def test_the_report_validates_and_keeps_no_secret(ab_run):
@@ -139,3 +147,36 @@ def test_the_key_reaches_bench_serving_but_no_command_line_or_output(host):
     assert out.returncode == 0, out.stdout[-3000:]
     assert not any(secret in out.stdout + out.stderr for secret in SECRETS)
     assert "%s eagle3 concurrency 1:" % NODES[0] in out.stdout  # bench_serving was let in with the key
+
+
+def test_an_unpatched_capture_serves_without_fusion_and_the_fusion_a_b_flags_what_it_costs(host):
+    """sglang 0.5.9 unpatched: the server stage keeps fusion off (EAGLE-3 at tp 8 would draft from
+    partial sums); the fusion A/B turns it on to measure, and the lab server, like the real defect,
+    accepts fewer drafts. The patch back on: fusion on again, nothing lost (the A/B above)."""
+    node = nodes(host)[0]
+    before = node.file(UNIT).content_string
+    unpatched = {"sglang_patches_eagle3_fused_capture": False}
+    try:
+        run = run_playbook(ROOT / "site.yml", INVENTORY, tags="patches,server,verify", limit=NODES[0],
+                           extravars=unpatched)
+        assert run.rc == 0, run.failure_summary
+        fusion = run.hosts[NODES[0]].facts["sglang_server_fusion"]
+        assert (fusion["enabled"], fusion["cause"]) == (False, "capture")
+        assert "eagle3_fused_allreduce_capture: apply" in fusion["reason"]
+        assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
+        report = fleet.report(run)
+        assert "off (EAGLE-3 capture unpatched)  2.65" in report
+        bench = run_playbook(ROOT / "site.yml", INVENTORY, tags="bench", limit=NODES[0],
+                             extravars=dict(unpatched, sglang_bench_fusion_ab=True, sglang_bench_concurrencies=[1]))
+        assert bench.rc == 0, bench.failure_summary
+        flags = bench.hosts[NODES[0]].facts["sglang_bench_fusion_flags"]
+        assert [(f["concurrency"], f["fused_accept_length"], f["unfused_accept_length"]) for f in flags] == \
+            [(1, 1.6, 2.65)]
+        assert ("! %s: EAGLE-3 accepts fewer tokens with allreduce fusion: 1.60 fused vs 2.65 unfused at concurrency "
+                "1 (39.6%% lower, tolerance 5%%)" % NODES[0]) in fleet.report(bench)
+        assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string  # put back
+    finally:
+        run = run_playbook(ROOT / "site.yml", INVENTORY, tags="patches,server,verify", limit=NODES[0])
+    assert run.rc == 0, run.failure_summary
+    assert run.hosts[NODES[0]].facts["sglang_server_fusion"]["enabled"] is True
+    assert node.file(UNIT).content_string == before
