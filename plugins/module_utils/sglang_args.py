@@ -207,3 +207,23 @@ def lint(argv, flags):
                 continue
         parsed[flag.dest] = values[0] if len(values) == 1 and flag.nargs in (None, "?", 1) else (values or True)
     return parsed, problems
+
+
+def combination_problems(parsed, environment=None, gpus_per_node=None, nnodes=1):
+    """What sglang accepts flag by flag but cannot run, from `lint`'s parse of the command line and
+    the unit's environment, one sentence each. gpus_per_node: the host's GPUs, to check --tp (None:
+    not checked)."""
+    environment, problems = environment or {}, []
+    speculative = parsed.get("speculative_algorithm")
+    quantization = str(parsed.get("quantization") or "")
+    if speculative and quantization.startswith("modelopt") and \
+            parsed.get("speculative_draft_model_quantization") != "unquant":
+        problems.append("--quantization %s with EAGLE-3 needs --speculative-draft-model-quantization unquant, or the "
+                        "BF16 drafter inherits %s and fails to load" % (quantization, quantization))
+    topk = int(parsed.get("speculative_eagle_topk") or 1)
+    if speculative and str(environment.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in ("1", "true") and topk > 1:
+        problems.append("SGLANG_ENABLE_SPEC_V2 needs --speculative-eagle-topk 1, not %d" % topk)
+    tp = int(parsed.get("tensor_parallel_size") or 1)
+    if gpus_per_node is not None and tp != int(gpus_per_node) * int(nnodes):
+        problems.append("--tp %d does not match %d GPU(s) x %d node(s)" % (tp, int(gpus_per_node), int(nnodes)))
+    return problems

@@ -24,6 +24,17 @@ options:
     type: list
     elements: str
     required: true
+  environment:
+    description: The server's environment (the unit's C(Environment=)), for the combinations that depend on it.
+    type: dict
+    default: {}
+  gpus_per_node:
+    description: The host's GPUs; C(--tp) must be this times I(nnodes). Unset, C(--tp) is not checked.
+    type: int
+  nnodes:
+    description: Nodes in the server's group.
+    type: int
+    default: 1
 attributes:
   check_mode:
     support: full
@@ -65,13 +76,16 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dist_info import dist_version
-from ansible.module_utils.sglang_args import lint, read_flags
+from ansible.module_utils.sglang_args import combination_problems, lint, read_flags
 
 
 def main():
     module = AnsibleModule(
         argument_spec={"site_packages": {"type": "path", "required": True},
-                       "argv": {"type": "list", "elements": "str", "required": True}},
+                       "argv": {"type": "list", "elements": "str", "required": True},
+                       "environment": {"type": "dict", "default": {}},
+                       "gpus_per_node": {"type": "int"},
+                       "nnodes": {"type": "int", "default": 1}},
         supports_check_mode=True,
     )
     site = module.params["site_packages"]
@@ -81,6 +95,9 @@ def main():
     except (OSError, SyntaxError) as exc:
         module.fail_json(msg="cannot read sglang's server_args.py under %s: %s" % (site, exc), sglang_version=version)
     parsed, problems = lint(module.params["argv"], flags)
+    if not problems:  # a command line argparse refuses has no combination to judge
+        problems = combination_problems(parsed, module.params["environment"], module.params["gpus_per_node"],
+                                        module.params["nnodes"])
     result = {"sglang_version": version, "known_flags": len({id(f) for f in flags.values()}), "problems": problems}
     if problems:
         module.fail_json(msg="sglang %s does not accept this command line: %s" % (version, "; ".join(problems)),

@@ -53,3 +53,40 @@ def test_unique_prefixes_are_accepted_as_argparse_does(flags):
     assert problems == []
     assert parsed == {"enable_flashinfer_allreduce_fusion": True, "speculative_algorithm": "EAGLE3",
                       "tensor_parallel_size": "8"}
+
+
+PRODUCTION = ("--model-path /m --tp 8 --quantization modelopt_fp4 --speculative-algorithm EAGLE3 "
+              "--speculative-draft-model-path /d --speculative-draft-model-quantization unquant "
+              "--speculative-eagle-topk 1").split()
+SPEC_V2 = {"SGLANG_ENABLE_SPEC_V2": "1"}
+
+
+def combinations(flags, argv, environment=SPEC_V2, gpus_per_node=8, nnodes=1):
+    from ansible.module_utils.sglang_args import combination_problems
+    parsed, problems = lint(argv, flags)
+    assert problems == []
+    return combination_problems(parsed, environment, gpus_per_node, nnodes)
+
+
+def test_the_production_combination_runs(flags):
+    assert combinations(flags, PRODUCTION) == []
+
+
+def test_an_nvfp4_target_needs_an_unquantized_drafter(flags):
+    argv = [a for a in PRODUCTION if a not in ("--speculative-draft-model-quantization", "unquant")]
+    assert combinations(flags, argv) == [
+        "--quantization modelopt_fp4 with EAGLE-3 needs --speculative-draft-model-quantization unquant, or the BF16 "
+        "drafter inherits modelopt_fp4 and fails to load"]
+    assert combinations(flags, "--model-path /m --tp 8 --quantization modelopt_fp4".split()) == []  # no drafter
+
+
+def test_spec_v2_needs_topk_1(flags):
+    argv = PRODUCTION[:-1] + ["4"]
+    assert combinations(flags, argv) == ["SGLANG_ENABLE_SPEC_V2 needs --speculative-eagle-topk 1, not 4"]
+    assert combinations(flags, argv, environment={}) == []
+
+
+def test_tp_must_cover_every_gpu_of_the_group(flags):
+    assert combinations(flags, PRODUCTION, gpus_per_node=8, nnodes=2) == ["--tp 8 does not match 8 GPU(s) x 2 node(s)"]
+    assert combinations(flags, PRODUCTION[:2] + ["--tp-size=16"] + PRODUCTION[4:], gpus_per_node=8, nnodes=2) == []
+    assert combinations(flags, PRODUCTION, gpus_per_node=None) == []
