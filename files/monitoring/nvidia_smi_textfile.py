@@ -280,9 +280,9 @@ def render(gpus, rc, expect_gpus=None, xid_counts=None, kernel_log=None, query_s
             if field.startswith(REASON) and kind is None:
                 add(*FAMILIES["reason"], dict(labels, reason=metric), value)
             elif field.startswith(ECC):
-                add(*FAMILIES["ecc"], dict(labels, severity=metric[0], scope=metric[1]), value)
+                add(*FAMILIES["ecc"], dict(labels, kind=metric[0], scope=metric[1]), value)
             elif field.startswith(REMAP) and isinstance(metric, tuple):
-                add(*FAMILIES["remap"], dict(labels, severity=metric[0]), value)
+                add(*FAMILIES["remap"], dict(labels, kind=metric[0]), value)
             else:
                 add(metric, kind, help_text, labels, value)
     if kernel_log is not None:

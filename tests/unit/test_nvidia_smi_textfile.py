@@ -138,8 +138,8 @@ def test_the_rendered_capture_parses_with_promtool_and_holds_every_family():
     assert got['nvidia_smi_clocks_event_reason_active{%s,reason="hw_thermal_slowdown"}' % GPU] == 0
     for severity in ("corrected", "uncorrected"):
         for scope in ("volatile", "aggregate"):
-            assert got['nvidia_smi_ecc_errors_total{%s,severity="%s",scope="%s"}' % (GPU, severity, scope)] == 0
-    assert got['nvidia_smi_remapped_rows_total{%s,severity="uncorrectable"}' % GPU] == 0
+            assert got['nvidia_smi_ecc_errors_total{%s,kind="%s",scope="%s"}' % (GPU, severity, scope)] == 0
+    assert got['nvidia_smi_remapped_rows_total{%s,kind="uncorrectable"}' % GPU] == 0
     assert got['nvidia_smi_kernel_log_readable{source="dmesg"}'] == 1
     assert "# TYPE nvidia_smi_xid_errors_total counter" in text  # declared, no XID on this host
     assert not [series for series in got if series.startswith("nvidia_smi_xid_errors_total")]
