@@ -7,15 +7,15 @@ DOCUMENTATION = r"""
 name: fleet_monitoring_targets
 short_description: The fleet's scrape targets, one file_sd list per Prometheus job
 description:
-  - C(sglang_server) holds one target per unit of rollout (the units come from C(sglang_rollout_units)):
-    a host that serves alone, or rank 0 of a multi-node group (ranks >= 1 serve no C(/metrics)). Its
+  - C(sglang_server) holds one target per unit of rollout (the units come from C(sglang_rollout_units)),
+    a host that serves alone or rank 0 of a multi-node group (ranks >= 1 serve no C(/metrics)). Its
     address is the server's listen address, or its C(sglang_server_advertise_host) (else C(ansible_host),
     else its name) when it listens on every address, as the routers reach it.
   - C(sglang_router) holds each router's Prometheus exporter (C(sglang_router_prometheus_host),
     C(sglang_router_prometheus_port)), C(node) node_exporter on each exporter host, C(dcgm) dcgm-exporter
     there when I(dcgm_exporter_port) is set.
   - Every target is labelled C(host) (the inventory name); a server also C(unit) (its group, or its host).
-  - A target on a loopback address of another host than Prometheus's cannot be scraped: that fails,
+  - A target on a loopback address of another host than Prometheus's cannot be scraped, so it fails,
     naming each one and the variable that moves it.
 positional: _input, hostvars
 options:
