@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Prometheus's scrape targets from the inventory, as file-based service discovery files."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: fleet_monitoring_targets
+short_description: The fleet's scrape targets, one file_sd list per Prometheus job
+description:
+  - C(sglang_server) holds one target per unit of rollout (the units come from C(sglang_rollout_units)),
+    a host that serves alone or rank 0 of a multi-node group (ranks >= 1 serve no C(/metrics)). Its
+    address is the server's listen address, or its C(sglang_server_advertise_host) (else C(ansible_host),
+    else its name) when it listens on every address, as the routers reach it.
+  - C(sglang_router) holds each router's Prometheus exporter (C(sglang_router_prometheus_host),
+    C(sglang_router_prometheus_port)), C(node) node_exporter on each exporter host, C(dcgm) dcgm-exporter
+    there when I(dcgm_exporter_port) is set.
+  - Every target is labelled C(host) (the inventory name); a server also C(unit) (its group, or its host).
+  - A target on a loopback address of another host than Prometheus's cannot be scraped, so it fails,
+    naming each one and the variable that moves it.
+positional: _input, hostvars
+options:
+  _input:
+    description: The servers' units of rollout, from C(sglang_rollout_units).
+    type: list
+    elements: dict
+    required: true
+  hostvars:
+    description: The C(hostvars) variable.
+    type: dict
+    required: true
+  routers:
+    description: The router hosts.
+    type: list
+    elements: str
+    default: []
+  exporter_hosts:
+    description: The hosts that run node_exporter (and dcgm-exporter).
+    type: list
+    elements: str
+    default: []
+  monitoring_host:
+    description: The host Prometheus runs on; loopback targets are only allowed on it.
+    type: str
+  node_exporter_port:
+    description: node_exporter's port where a host does not set C(fleet_monitoring_node_exporter_port).
+    type: int
+    default: 9100
+  dcgm_exporter_port:
+    description: dcgm-exporter's port on the exporter hosts; 0 for none.
+    type: int
+    default: 0
+"""
+
+EXAMPLES = r"""
+- name: The target files' content is known
+  ansible.builtin.set_fact:
+    targets: >-
+      {{ groups['gpu_nodes'] | sglang_rollout_units(hostvars, groups)
+         | fleet_monitoring_targets(hostvars, routers=groups['sglang_routers'] | default([]),
+                                    exporter_hosts=groups['gpu_nodes'], monitoring_host=inventory_hostname) }}
+"""
+
+RETURN = r"""
+_value:
+  description: >-
+    A dict of job name to a file_sd list: C([{"targets": ["10.0.0.11:30000"], "labels": {"host": "gpu-1",
+    "unit": "gpu-1"}}]).
+  type: dict
+"""
+
+import importlib.util
+import os
+
+from ansible.errors import AnsibleFilterError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# The server and router roles' defaults (roles/sglang_server, roles/sglang_router) for a host the
+# inventory does not set them on, as the router role reads its workers.
+SERVER_DEFAULTS = {"sglang_server_host": "127.0.0.1", "sglang_server_port": 30000}
+ROUTER_DEFAULTS = {"sglang_router_prometheus_host": "127.0.0.1", "sglang_router_prometheus_port": 29000}
+
+
+def _load_http_url():
+    """The one http_url filter (plugins/filter/http_url.py): how a listen address is reached."""
+    spec = importlib.util.spec_from_file_location("sglang_fleet_http_url",
+                                                  os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                               "http_url.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.http_url
+
+
+http_url = _load_http_url()
+
+
+def _vars(hostvars, host):
+    try:
+        return hostvars[host]
+    except KeyError:
+        raise AnsibleFilterError("%s is not a host of this inventory" % host)
+
+
+def _advertised(hostvars, host):
+    """Where other hosts reach this one: its ansible_host, else its inventory name."""
+    return str(_vars(hostvars, host).get("ansible_host") or host)
+
+
+def _address(listen, port, advertised):
+    return http_url(listen, port, advertised)[len("http://"):]
+
+
+def fleet_monitoring_exporter_address(host, hostvars):
+    """The address node_exporter listens on and is scraped at: fleet_monitoring_node_exporter_host, else
+    the host's advertised address."""
+    return str(_vars(hostvars, host).get("fleet_monitoring_node_exporter_host") or _advertised(hostvars, host))
+
+
+def fleet_monitoring_targets(units, hostvars, routers=(), exporter_hosts=(), monitoring_host=None,
+                             node_exporter_port=9100, dcgm_exporter_port=0):
+    jobs = {"sglang_server": [], "sglang_router": [], "node": []}
+    loopback = []
+
+    def add(job, host, address, labels, fix):
+        if address.rsplit(":", 1)[0].strip("[]") in LOOPBACK and host != monitoring_host:
+            loopback.append("%s's %s at %s (%s)" % (host, job, address, fix))
+        jobs.setdefault(job, []).append({"targets": [address], "labels": dict({"host": host}, **labels)})
+
+    for unit in units:
+        rank0 = unit["rank0"]
+        server = _vars(hostvars, rank0)
+        listen = server.get("sglang_server_host", SERVER_DEFAULTS["sglang_server_host"])
+        port = server.get("sglang_server_port", SERVER_DEFAULTS["sglang_server_port"])
+        advertised = server.get("sglang_server_advertise_host") or _advertised(hostvars, rank0)
+        add("sglang_server", rank0, _address(listen, port, advertised), {"unit": unit["name"]},
+            "set sglang_server_host to an address Prometheus reaches, or 0.0.0.0")
+    for router in routers:
+        found = _vars(hostvars, router)
+        listen = found.get("sglang_router_prometheus_host", ROUTER_DEFAULTS["sglang_router_prometheus_host"])
+        port = found.get("sglang_router_prometheus_port", ROUTER_DEFAULTS["sglang_router_prometheus_port"])
+        add("sglang_router", router, _address(listen, port, _advertised(hostvars, router)), {},
+            "set sglang_router_prometheus_host to an address Prometheus reaches, or 0.0.0.0")
+    for host in exporter_hosts:
+        address = fleet_monitoring_exporter_address(host, hostvars)
+        port = _vars(hostvars, host).get("fleet_monitoring_node_exporter_port", node_exporter_port)
+        add("node", host, _address(address, port, _advertised(hostvars, host)), {},
+            "set fleet_monitoring_node_exporter_host to its address")
+        if int(dcgm_exporter_port or 0):
+            add("dcgm", host, _address(address, dcgm_exporter_port, _advertised(hostvars, host)), {},
+                "set fleet_monitoring_node_exporter_host to its address")
+    if loopback:
+        raise AnsibleFilterError("Prometheus on %s cannot scrape a loopback address of another host: %s"
+                                 % (monitoring_host or "the monitoring host", "; ".join(loopback)))
+    return jobs
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "fleet_monitoring_targets": fleet_monitoring_targets,
+            "fleet_monitoring_exporter_address": fleet_monitoring_exporter_address,
+        }

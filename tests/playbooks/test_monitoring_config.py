@@ -1,0 +1,124 @@
+"""The monitoring stage's files from an inventory: target files with rank 0 of each unit only, the alert
+rules and Prometheus's configuration, written by the role's own tasks, checked by promtool; --check --diff
+shows a change of the inventory in the target files; site.yml's monitoring stage does nothing without the
+group monitoring."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+PLAYBOOK = ROOT / "tests/playbooks/render_monitoring.yml"
+LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+
+
+def inventory(tmp_path, servers, monitoring=True, routers=None, **group_vars):
+    hosts = {"gpu_nodes": {"hosts": servers}, "tp_group": {"hosts": {"gpu-2": None, "gpu-3": None}}}
+    if routers:
+        hosts["sglang_routers"] = {"hosts": routers}
+    if monitoring:
+        hosts["monitoring"] = {"hosts": {"mon-1": dict(LOCAL, ansible_host="10.0.0.2")}}
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": hosts, "vars": group_vars}}))
+    return path
+
+
+SERVERS = {
+    "gpu-1": {"ansible_host": "10.0.0.11", "sglang_server_host": "10.0.0.11"},
+    "gpu-2": {"ansible_host": "10.0.0.12", "sglang_server_host": "0.0.0.0", "sglang_server_multinode_group": "tp_group"},
+    "gpu-3": {"ansible_host": "10.0.0.13", "sglang_server_host": "0.0.0.0", "sglang_server_multinode_group": "tp_group"},
+}
+ROUTERS = {"gateway-1": {"ansible_host": "10.0.0.5", "sglang_router_prometheus_host": "10.0.0.5"}}
+
+
+def playbook(tmp_path, inv, path=PLAYBOOK, *args, **extravars):
+    if shutil.which("promtool") is None:
+        pytest.fail("promtool is missing: bin/setup installs it (Debian's prometheus package)")
+    out = tmp_path / "out"
+    extravars = dict({"__fleet_monitoring_dir": str(out / "sglang-fleet"),
+                      "__fleet_monitoring_prometheus_config": str(out / "prometheus.yml")}, **extravars)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(path),
+                           "-e", json.dumps(extravars), *args], capture_output=True, text=True, cwd=ROOT, env=env)
+
+
+def test_targets_rules_and_config_pass_promtool(tmp_path):
+    run = playbook(tmp_path, inventory(tmp_path, SERVERS, routers=ROUTERS))
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = tmp_path / "out/sglang-fleet"
+    targets = {p.stem: json.loads(p.read_text()) for p in (out / "targets").glob("*.json")}
+    assert targets == {
+        "sglang_server": [{"targets": ["10.0.0.11:30000"], "labels": {"host": "gpu-1", "unit": "gpu-1"}},
+                          {"targets": ["10.0.0.12:30000"], "labels": {"host": "gpu-2", "unit": "tp_group"}}],
+        "sglang_router": [{"targets": ["10.0.0.5:29000"], "labels": {"host": "gateway-1"}}],
+        "node": [{"targets": ["10.0.0.%d:9100" % n], "labels": {"host": "gpu-%d" % (n - 10)}} for n in (11, 12, 13)],
+    }
+    assert sorted(p.name for p in (out / "rules").iterdir()) == sorted(
+        p.name for p in (ROOT / "files/monitoring/rules").glob("*.yml"))
+    config = yaml.safe_load((tmp_path / "out/prometheus.yml").read_text())
+    assert [job["job_name"] for job in config["scrape_configs"]] == [
+        "prometheus", "alertmanager", "sglang_server", "sglang_router", "node"]
+    assert config["scrape_configs"][2]["file_sd_configs"] == [{"files": [str(out / "targets/sglang_server.json")]}]
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
+    checked = subprocess.run(["promtool", "check", "config", str(tmp_path / "out/prometheus.yml")],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 3 rule files found" in checked.stdout + checked.stderr
+
+
+def test_dcgm_exporter_is_a_job_where_its_port_is_set_and_gone_when_unset(tmp_path):
+    run = playbook(tmp_path, inventory(tmp_path, SERVERS), fleet_monitoring_dcgm_exporter_port=9400)
+    assert run.returncode == 0, run.stdout + run.stderr
+    targets = tmp_path / "out/sglang-fleet/targets"
+    assert [t["targets"] for t in json.loads((targets / "dcgm.json").read_text())] == [
+        ["10.0.0.11:9400"], ["10.0.0.12:9400"], ["10.0.0.13:9400"]]
+    assert "dcgm" in [job["job_name"] for job in yaml.safe_load((tmp_path / "out/prometheus.yml").read_text())[
+        "scrape_configs"]]
+    assert json.loads((targets / "sglang_router.json").read_text()) == []  # no router group: an empty job
+    run = playbook(tmp_path, inventory(tmp_path, SERVERS))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not (targets / "dcgm.json").exists()
+
+
+def test_check_diff_shows_an_inventory_change_in_the_target_files_and_writes_nothing(tmp_path):
+    assert playbook(tmp_path, inventory(tmp_path, SERVERS)).returncode == 0
+    before = (tmp_path / "out/sglang-fleet/targets/sglang_server.json").read_text()
+    more = dict(SERVERS, **{"gpu-4": {"ansible_host": "10.0.0.14", "sglang_server_host": "10.0.0.14"}})
+    run = playbook(tmp_path, inventory(tmp_path, more), PLAYBOOK, "--check", "--diff")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert '+            "10.0.0.14:30000"' in run.stdout
+    assert "changed=1" in run.stdout.split("PLAY RECAP")[1] or "changed=2" in run.stdout.split("PLAY RECAP")[1]
+    assert (tmp_path / "out/sglang-fleet/targets/sglang_server.json").read_text() == before
+    rerun = playbook(tmp_path, inventory(tmp_path, SERVERS))
+    assert "changed=0" in rerun.stdout.split("PLAY RECAP")[1], rerun.stdout
+
+
+def test_servers_on_loopback_cannot_be_scraped_from_another_host(tmp_path):
+    run = playbook(tmp_path, inventory(tmp_path, {"gpu-1": {"ansible_host": "10.0.0.11"}}))
+    assert run.returncode != 0
+    assert "gpu-1's sglang_server at 127.0.0.1:30000 (set sglang_server_host" in run.stdout
+
+
+def test_the_stage_does_nothing_without_the_group_monitoring(tmp_path):
+    servers = {name: dict(vars_, **LOCAL) for name, vars_ in SERVERS.items()}
+    run = playbook(tmp_path, inventory(tmp_path, servers, monitoring=False), ROOT / "playbooks/monitoring.yml")
+    assert run.returncode == 0, run.stdout + run.stderr
+    recap = [line for line in run.stdout.split("PLAY RECAP")[1].splitlines() if " : " in line]
+    assert len(recap) == 3 and all("ok=0" in line and "changed=0" in line and "skipped=1" in line
+                                   for line in recap), recap
+    assert "skipping: no hosts matched" in run.stdout
+
+
+def test_site_yml_ends_with_the_monitoring_stage():
+    stages = yaml.safe_load((ROOT / "site.yml").read_text())
+    assert stages[-1] == {"name": "Monitoring", "ansible.builtin.import_playbook": "playbooks/monitoring.yml"}
+    plays = yaml.safe_load((ROOT / "playbooks/monitoring.yml").read_text())
+    assert [(p["hosts"], p["tags"]) for p in plays] == [("gpu_nodes", ["monitoring"]), ("monitoring", ["monitoring"])]

@@ -1,0 +1,85 @@
+"""The monitoring stage's units: the role's drop-ins over Debian 12's own units of prometheus,
+prometheus-alertmanager and prometheus-node-exporter (tests/fixtures/upstream/debian-12-units), and the
+GPU collector's service, as systemd reads them (systemd-analyze security --offline): each listens where
+the inventory says and is exposed less than the distribution's unit alone."""
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import FIXTURES, ROOT
+from fleet import run_playbook
+
+DEBIAN = FIXTURES / "upstream/debian-12-units"
+DISTRO = ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter"]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("units")
+    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"gpu-1": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "ansible_host": "10.0.0.11"}}}}}}))
+    run = run_playbook(ROOT / "tests/playbooks/render_monitoring_units.yml", tmp / "hosts.yml",
+                       extravars={"render_dir": str(tmp / "root"),
+                                  "fleet_monitoring_prometheus_extra_args": ["--web.enable-lifecycle"],
+                                  "fleet_monitoring_node_exporter_extra_args": ["--collector.systemd"]})
+    assert run.rc == 0, run.hosts
+    lib = tmp / "root/lib/systemd/system"
+    lib.mkdir(parents=True)
+    for unit in DISTRO:
+        shutil.copy(DEBIAN / f"{unit}.service", lib)
+    return tmp / "root"
+
+
+def exposure(root, unit):
+    if shutil.which("systemd-analyze") is None:
+        pytest.fail("systemd-analyze is missing (Debian's systemd package)")
+    done = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--root", str(root), unit],
+                          capture_output=True, text=True)
+    found = re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    return float(found.group(1))
+
+
+def exec_start(text):
+    """The command of ExecStart=/..., its continuation lines joined, as systemd reads it."""
+    words = []
+    for line in ("/" + text.split("ExecStart=/", 1)[1]).splitlines():
+        words.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            return " ".join(words)
+
+
+def test_each_service_listens_on_the_address_the_inventory_gives(rendered):
+    units = rendered / "etc/systemd/system"
+    prometheus = exec_start((units / "prometheus.service.d/sglang-fleet.conf").read_text())
+    assert "--web.listen-address=127.0.0.1:9090" in prometheus and "--storage.tsdb.retention.time=30d" in prometheus
+    assert prometheus.endswith("--web.console.templates=/etc/prometheus/consoles --web.enable-lifecycle")
+    alertmanager = exec_start((units / "prometheus-alertmanager.service.d/sglang-fleet.conf").read_text())
+    assert "--web.listen-address=127.0.0.1:9093" in alertmanager
+    assert alertmanager.endswith("--cluster.listen-address=")  # no gossip port on 0.0.0.0:9094
+    node = exec_start((units / "prometheus-node-exporter.service.d/sglang-fleet.conf").read_text())
+    assert node == ("/usr/bin/prometheus-node-exporter --web.listen-address=10.0.0.11:9100 "
+                    "--collector.textfile.directory=/var/lib/prometheus/node-exporter --collector.systemd")
+    collector = exec_start((units / "nvidia-smi-textfile.service").read_text())
+    assert collector == ("/usr/bin/python3 /usr/local/lib/sglang-fleet/nvidia_smi_textfile.py --nvidia-smi "
+                         "/usr/bin/nvidia-smi --output /var/lib/prometheus/node-exporter/nvidia_smi.prom "
+                         "--expect-gpus 8 --state /var/lib/nvidia-smi-textfile/xid-state.json")
+    assert "OnUnitActiveSec=15s" in (units / "nvidia-smi-textfile.timer").read_text()
+
+
+@pytest.mark.parametrize("unit, at_most", [
+    ("prometheus.service", 1.5), ("prometheus-alertmanager.service", 1.5),
+    ("prometheus-node-exporter.service", 2.2), ("nvidia-smi-textfile.service", 2.0)])
+def test_each_unit_is_hardened(rendered, unit, at_most, tmp_path):
+    score = exposure(rendered, unit)
+    assert score <= at_most, score
+    if unit.startswith("prometheus"):
+        alone = tmp_path / "root/lib/systemd/system"
+        alone.mkdir(parents=True)
+        shutil.copy(DEBIAN / unit, alone)
+        assert exposure(tmp_path / "root", unit) > score  # the distribution's unit without the drop-in
