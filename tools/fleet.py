@@ -26,7 +26,7 @@ import ansible_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 # Facts set by the roles for the roles after them; the report shows these.
-FACT_PREFIXES = ("gpu_preflight_", "cuda_toolkit_", "flash_attn_", "sglang_")
+FACT_PREFIXES = ("gpu_preflight_", "cuda_toolkit_", "flash_attn_", "sglang_", "fleet_monitoring_")
 STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
 
 
@@ -186,6 +186,16 @@ def describe_accept(facts: dict) -> str:
     return "%.2f" % float(value) if value not in (None, "", "None") else "-"
 
 
+def describe_monitoring(status: dict) -> str:
+    """'Prometheus http://…:9090: 5 of 6 targets up (down: node lab-gpu-2)' from the monitoring stage."""
+    targets = status.get("targets") or []
+    if status.get("checked") in (False, "False", "false"):
+        return "Prometheus %s: targets not checked (check mode)" % status.get("url")
+    down = ["%s %s" % (t.get("job"), t.get("host") or t.get("instance")) for t in targets if t.get("health") != "up"]
+    return "Prometheus %s: %d of %d targets up%s" % (status.get("url"), len(targets) - len(down), len(targets),
+                                                      " (down: %s)" % ", ".join(down) if down else "")
+
+
 def describe_models(facts: dict) -> str:
     """'fetched 1, verified 1': what the model stage found or did, per model."""
     models = facts.get("sglang_model_report")
@@ -216,6 +226,9 @@ def report(run: PlaybookRun) -> str:
         fusion = r.facts.get("sglang_server_fusion") or {}
         if fusion.get("switch") == "auto" and fusion.get("enabled") in (False, "False", "false"):
             lines.append("  i %s: serves without allreduce fusion: %s" % (host, fusion.get("reason")))
+        monitoring = r.facts.get("fleet_monitoring_status")
+        if monitoring:
+            lines.append("  i %s: %s" % (host, describe_monitoring(monitoring)))
         for row in r.facts.get("sglang_bench_fusion_flags") or []:
             lines.append("  ! %s: EAGLE-3 accepts fewer tokens with allreduce fusion: %.2f fused vs %.2f unfused "
                          "at concurrency %d (%.1f%% lower, tolerance %g%%)"

@@ -45,7 +45,8 @@ def test_defaults_alone_give_the_production_unit(tmp_path, monkeypatch, site_pac
         "--model-path /models/nvidia/Kimi-K2.5-NVFP4 --tp 8 --host 127.0.0.1 --port 30000 --trust-remote-code "
         "--reasoning-parser kimi_k2 --tool-call-parser kimi_k2 --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path /models/lightseekorg/kimi-k2.5-eagle3 --speculative-num-steps 3 "
-        "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-flashinfer-allreduce-fusion")
+        "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-flashinfer-allreduce-fusion "
+        "--enable-metrics")
     for line in ("Type=exec", "User=sglang", "Restart=on-failure", "TimeoutStartSec=3600", "LimitMEMLOCK=infinity",
                  "Environment=SGLANG_ENABLE_SPEC_V2=1", "Environment=HF_HUB_OFFLINE=1",
                  "Environment=CUDA_HOME=/usr/local/cuda-13.0", "DevicePolicy=closed",

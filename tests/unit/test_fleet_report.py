@@ -136,3 +136,12 @@ def test_a_host_that_failed_its_gate_says_it_is_out_of_the_router():
     run = PlaybookRun("site.yml", ["inventory/lab"], "failed", 2, {"gpu-1": HostResult(ok=30, failed=1, facts={
         "sglang_server_router_state": "out of router-1 (failed its gate)"})})
     assert "  i gpu-1: out of router-1 (failed its gate)" in report(run)
+
+
+def test_the_monitoring_host_names_prometheus_and_how_many_targets_are_up():
+    status = {"url": "http://127.0.1.9:9090", "checked": True, "targets": [
+        {"job": "sglang", "host": "gpu-1", "instance": "127.0.1.1:30000", "health": "up"},
+        {"job": "node", "host": "gpu-2", "instance": "127.0.1.2:9100", "health": "down"}]}
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "mon-1": HostResult(ok=30, facts={"fleet_monitoring_status": status})}))
+    assert "  i mon-1: Prometheus http://127.0.1.9:9090: 1 of 2 targets up (down: node gpu-2)" in text
