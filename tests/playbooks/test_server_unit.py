@@ -119,8 +119,9 @@ def test_the_gpu_nodes_are_created_as_root_before_the_server(tmp_path, monkeypat
     render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_gpus_per_node=8, sglang_server_persistence_mode=True)
     init = (tmp_path / "gpu-node-01.sglang-gpu-init.service").read_text().splitlines()
     starts = [line.split("=", 1)[1] for line in init if line.startswith("ExecStart=")]
-    assert starts == ["/usr/bin/nvidia-modprobe -u -c0"] + [f"/usr/bin/nvidia-modprobe -c{i}" for i in range(1, 8)] \
-        + ["/usr/bin/nvidia-smi --persistence-mode=1"]
+    # The script runs nvidia-modprobe -u -c0, -c1 .. -c7 where it is installed (test_gpu_init_unit.py).
+    assert starts == ["/usr/local/lib/sglang-fleet/gpu_init.sh /usr/bin/nvidia-modprobe 8",
+                      "/usr/bin/nvidia-smi --persistence-mode=1"]
     assert "Type=oneshot" in init and "RemainAfterExit=yes" in init and "Before=sglang.service" in init
     assert not any(line.startswith(("User=", "NoNewPrivileges")) for line in init)
 
