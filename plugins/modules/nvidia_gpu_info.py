@@ -17,6 +17,8 @@ description:
     when the driver answers it) and the link matrix (C(nvidia-smi topo -m)), and returns per GPU
     pair its read and write status and link, and a summary. FlashInfer's allreduce fusion needs P2P between every
     pair.
+  - Looks for C(nvidia-modprobe) the way it looks for nvidia-smi and says where it is, or that
+    there is none (a driver installed without it, whose device nodes something else creates).
   - Read-only; fails with a precise message when nvidia-smi is missing, the driver is not
     loaded, no GPU is present or the output cannot be parsed.
 options:
@@ -32,6 +34,12 @@ options:
     description: The kernel driver's version file.
     type: path
     default: /proc/driver/nvidia/version
+  nvidia_modprobe:
+    description: >-
+      Name or path of nvidia-modprobe. A bare name is looked up in C(PATH), C(/usr/bin),
+      C(/usr/sbin) and C(/usr/local/nvidia/bin).
+    type: str
+    default: nvidia-modprobe
 attributes:
   check_mode:
     support: full
@@ -90,6 +98,11 @@ kernel_module:
   returned: success
   type: str
   sample: open
+nvidia_modprobe:
+  description: The nvidia-modprobe found, or an empty string when there is none.
+  returned: success
+  type: str
+  sample: /usr/bin/nvidia-modprobe
 p2p_pairs:
   description: >-
     With I(topology): one entry per GPU pair, its P2P read and write status (C(OK), C(NS) not
@@ -120,6 +133,9 @@ QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "compute_cap", "memory.to
 DRIVER_NOT_LOADED = "couldn't communicate with the NVIDIA driver"
 NO_DEVICES = "No devices were found"
 LIBRARY_MISMATCH = "Driver/library version mismatch"
+# Where the driver's tools are when they are not in PATH: the H200 host of
+# tests/fixtures/hosts/h200-driver580/ has them in /usr/local/nvidia/bin.
+TOOL_DIRS = ["/usr/bin", "/usr/sbin", "/usr/local/nvidia/bin"]
 
 
 class GpuInfoError(Exception):
@@ -286,14 +302,15 @@ def main():
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "driver_version_file": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "topology": {"type": "bool", "default": False},
+            "nvidia_modprobe": {"type": "str", "default": "nvidia-modprobe"},
         },
         supports_check_mode=True,
     )
     nvidia_smi = module.params["nvidia_smi"]
-    binary = module.get_bin_path(nvidia_smi, opt_dirs=["/usr/bin", "/usr/local/nvidia/bin"])
+    binary = module.get_bin_path(nvidia_smi, opt_dirs=TOOL_DIRS)
     if binary is None:
-        module.fail_json(msg="nvidia-smi not found (looked for %r in PATH, /usr/bin and "
-                             "/usr/local/nvidia/bin): is the NVIDIA driver installed?" % nvidia_smi)
+        module.fail_json(msg="nvidia-smi not found (looked for %r in PATH, %s): is the NVIDIA driver installed?"
+                             % (nvidia_smi, ", ".join(TOOL_DIRS)))
 
     def run_command(args):
         return module.run_command([binary] + args[1:], environ_update={"LC_ALL": "C"})
@@ -302,6 +319,7 @@ def main():
         result = gather(run_command, binary, module.params["driver_version_file"], module.params["topology"])
     except GpuInfoError as exc:
         module.fail_json(msg=str(exc))
+    result["nvidia_modprobe"] = module.get_bin_path(module.params["nvidia_modprobe"], opt_dirs=TOOL_DIRS) or ""
     module.exit_json(changed=False, **result)
 
 

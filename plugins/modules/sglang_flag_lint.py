@@ -13,6 +13,13 @@ description:
     C(ast) module (no import of sglang or torch) and checks I(argv) as argparse would, including
     unique-prefix abbreviations, the number of values of each flag and C(choices).
   - Fails naming each bad flag, the installed sglang release and the closest known flags.
+  - Also refuses the flags and the environment whose code calls a system call the server unit's
+    C(SystemCallFilter=@system-service ~@privileged) kills (SIGSYS), naming the directive;
+    C(--moe-a2a-backend flashinfer) and C(--speculative-moe-a2a-backend flashinfer) (flashinfer's
+    MoE all-to-all takes its peers' memory with C(pidfd_getfd)), and C(PYTORCH_CUDA_ALLOC_CONF) or
+    C(PYTORCH_ALLOC_CONF) with C(expandable_segments:True) (torch opens another process's CUDA
+    tensor from an expandable segment with C(pidfd_getfd)). The evidence is in
+    C(plugins/module_utils/sglang_sandbox.py).
   - Read-only.
 options:
   site_packages:
@@ -24,8 +31,8 @@ options:
     type: list
     elements: str
     required: true
-  environment:
-    description: The server's environment (the unit's C(Environment=)), for the combinations that depend on it.
+  env:
+    description: The environment the server unit gives sglang (the unit's C(Environment=)).
     type: dict
     default: {}
   gpus_per_node:
@@ -68,7 +75,7 @@ parsed:
   type: dict
   sample: {model_path: /models/Kimi-K2.5-NVFP4, tensor_parallel_size: "8"}
 problems:
-  description: What is wrong, one sentence each.
+  description: What is wrong, one sentence each (the command line's, then what the unit's sandbox would kill).
   returned: always
   type: list
   elements: str
@@ -77,13 +84,14 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dist_info import dist_version
 from ansible.module_utils.sglang_args import combination_problems, lint, read_flags
+from ansible.module_utils.sglang_sandbox import problems as sandbox_problems
 
 
 def main():
     module = AnsibleModule(
         argument_spec={"site_packages": {"type": "path", "required": True},
                        "argv": {"type": "list", "elements": "str", "required": True},
-                       "environment": {"type": "dict", "default": {}},
+                       "env": {"type": "dict", "default": {}},
                        "gpus_per_node": {"type": "int"},
                        "nnodes": {"type": "int", "default": 1}},
         supports_check_mode=True,
@@ -96,12 +104,18 @@ def main():
         module.fail_json(msg="cannot read sglang's server_args.py under %s: %s" % (site, exc), sglang_version=version)
     parsed, problems = lint(module.params["argv"], flags)
     if not problems:  # a command line argparse refuses has no combination to judge
-        problems = combination_problems(parsed, module.params["environment"], module.params["gpus_per_node"],
+        problems = combination_problems(parsed, module.params["env"], module.params["gpus_per_node"],
                                         module.params["nnodes"])
-    result = {"sglang_version": version, "known_flags": len({id(f) for f in flags.values()}), "problems": problems}
-    if problems:
-        module.fail_json(msg="sglang %s does not accept this command line: %s" % (version, "; ".join(problems)),
-                         **result)
+    killed = sandbox_problems(parsed, module.params["env"])
+    result = {"sglang_version": version, "known_flags": len({id(f) for f in flags.values()}),
+              "problems": problems + killed}
+    if problems or killed:
+        msg = []
+        if problems:
+            msg.append("sglang %s does not accept this command line: %s" % (version, "; ".join(problems)))
+        if killed:
+            msg.append("the server unit's sandbox would kill sglang %s: %s" % (version, "; ".join(killed)))
+        module.fail_json(msg=". ".join(msg), **result)
     module.exit_json(changed=False, parsed=parsed, **result)
 
 

@@ -120,8 +120,9 @@ def test_the_gpu_nodes_are_created_as_root_before_the_server(tmp_path, monkeypat
     render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_gpus_per_node=8, sglang_server_persistence_mode=True)
     init = (tmp_path / "gpu-node-01.sglang-gpu-init.service").read_text().splitlines()
     starts = [line.split("=", 1)[1] for line in init if line.startswith("ExecStart=")]
-    assert starts == ["/usr/bin/nvidia-modprobe -u -c0"] + [f"/usr/bin/nvidia-modprobe -c{i}" for i in range(1, 8)] \
-        + ["/usr/bin/nvidia-smi --persistence-mode=1"]
+    # The script runs nvidia-modprobe -u -c0, -c1 .. -c7 where it is installed (test_gpu_init_unit.py).
+    assert starts == ["/usr/local/lib/sglang-fleet/gpu_init.sh /usr/bin/nvidia-modprobe 8",
+                      "/usr/bin/nvidia-smi --persistence-mode=1"]
     assert "Type=oneshot" in init and "RemainAfterExit=yes" in init and "Before=sglang.service" in init
     assert not any(line.startswith(("User=", "NoNewPrivileges")) for line in init)
 
@@ -155,3 +156,32 @@ def test_the_unit_s_path_finds_the_ninja_that_flashinfer_s_jit_runs(tmp_path, mo
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
     (path,) = [line.split("=", 2)[2] for line in unit.splitlines() if line.startswith("Environment=PATH=")]
     assert path.split(":")[:2] == ["/opt/sglang/current/bin", "/usr/local/cuda-13.0/bin"]
+
+
+def unit_environment(unit):
+    return dict(shlex.split(line.split("=", 1)[1])[0].split("=", 1)
+                for line in unit.splitlines() if line.startswith("Environment="))
+
+
+def test_the_production_unit_asks_for_nothing_its_system_call_filter_kills(tmp_path, monkeypatch, site_packages):
+    from ansible.module_utils.sglang_sandbox import problems
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
+    parsed, _ = lint(exec_start(unit)[3:], read_flags(str(site_packages())))
+    assert problems(parsed, unit_environment(unit)) == []
+    # The flag lint is given the environment the unit renders, from the same variable.
+    tasks = yaml.safe_load((ROOT / "roles/sglang_server/tasks/checks.yml").read_text())
+    (linted,) = [t["sglang_flag_lint"] for t in tasks if "sglang_flag_lint" in t]
+    assert linted["env"] == "{{ __sglang_server_environment }}"
+    assert "{% for name, value in __sglang_server_environment | dictsort %}" in \
+        (ROOT / "roles/sglang_server/templates/sglang.service.j2").read_text()
+
+
+def test_an_expandable_segments_setting_reaches_the_lint_as_the_unit_renders_it(tmp_path, monkeypatch, site_packages):
+    from ansible.module_utils.sglang_sandbox import problems
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_env={
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        sglang_server_extra_args=["--moe-a2a-backend", "flashinfer"])["gpu-node-01"]
+    parsed, flag_problems = lint(exec_start(unit)[3:], read_flags(str(site_packages())))
+    assert flag_problems == []
+    assert [p.split(":", 1)[0] for p in problems(parsed, unit_environment(unit))] == [
+        "--moe-a2a-backend flashinfer", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments"]

@@ -130,3 +130,39 @@ def test_module_runs_the_binary_end_to_end(monkeypatch, capsys, tmp_path):
                                               "_ansible_check_mode": True})
     assert result["changed"] is False
     assert result["gpu_count"] == 1 and result["cuda_driver_version"] == "13.0"
+
+
+def host_tools(tmp_path, monkeypatch, *tools):
+    """A host's PATH holding the fake nvidia-smi, and its driver tool directory holding `tools`."""
+    path, tool_dir = tmp_path / "path", tmp_path / "usr-local-nvidia-bin"
+    for directory in (path, tool_dir):
+        directory.mkdir()
+    smi = path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$1\" in --query-gpu=*) exec /bin/cat %s ;; *) exec /bin/cat %s ;; esac\n"
+                   % (SMI / "h200-query-noheader-nounits.csv", SMI / "h200-table.txt"))
+    for tool in (smi,) + tuple(tool_dir / name for name in tools):
+        tool.write_text(tool.read_text() if tool.exists() else "#!/bin/sh\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(path))
+    monkeypatch.setattr(mod, "TOOL_DIRS", [str(tool_dir)])
+    return tool_dir
+
+
+def test_a_host_without_nvidia_modprobe_says_so(monkeypatch, capsys, tmp_path):
+    """The H200 host: `command -v nvidia-modprobe` found nothing (exit 127), nvidia-persistenced is in
+    /usr/local/nvidia/bin."""
+    from conftest import H200
+    assert (H200 / "nvidia-modprobe.txt").read_text() == ""
+    assert "nvidia-modprobe.txt 127" in (H200 / "exit-codes.txt").read_text().splitlines()
+    persistenced = (H200 / "nvidia-persistenced.txt").read_text().split()[0]
+    host_tools(tmp_path, monkeypatch, persistenced.rsplit("/", 1)[1])
+    result = run_module(capsys, {"driver_version_file": str(H200_PROC)})
+    assert result.get("gpu_count") == 1 and result["nvidia_modprobe"] == "", result
+
+
+def test_nvidia_modprobe_is_found_where_the_driver_s_tools_are(monkeypatch, capsys, tmp_path):
+    tool_dir = host_tools(tmp_path, monkeypatch, "nvidia-modprobe")
+    result = run_module(capsys, {"driver_version_file": str(H200_PROC)})
+    assert result["nvidia_modprobe"] == str(tool_dir / "nvidia-modprobe")
+    # An explicit path is taken as it is, and reported only when it is there.
+    assert run_module(capsys, {"nvidia_modprobe": str(tmp_path / "absent")})["nvidia_modprobe"] == ""
