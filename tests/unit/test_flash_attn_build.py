@@ -153,16 +153,6 @@ def test_progress_is_read_from_ninja_s_last_step():
     assert watch.describe(41, 73, 3600, "", True) == "build ended after 60m00s, 41/73 objects compiled"
 
 
-def test_watch_rounds_that_ansible_cannot_nest_are_refused_before_any_build():
-    from flash_attn_build import flash_attn_watch_rounds
-    assert flash_attn_watch_rounds(180, 60) == 180          # the defaults
-    assert flash_attn_watch_rounds(1, 7) == 9               # a partial round counts
-    with pytest.raises(AnsibleFilterError, match="gives up to 360 progress rounds; at most 200 fit.*at least 54 seconds"):
-        flash_attn_watch_rounds(180, 30)
-    with pytest.raises(AnsibleFilterError, match="must be positive"):
-        flash_attn_watch_rounds(180, 0)
-
-
 def _task(path, name_start):
     import yaml
     from conftest import ROOT
