@@ -66,6 +66,13 @@ class PlaybookRun:
                          for host, r in self.hosts.items() for f in r.failures) or "(no failed task; rc %s)" % self.rc
 
 
+def failure_message(res: dict) -> str:
+    """Why a task failed. A loop's own msg is only "One or more items failed": its failed item's says why
+    (the progress watches are loops, and a crashed copy's reason is in the round it ended in)."""
+    items = [item for item in res.get("results") or [] if isinstance(item, dict) and item.get("failed")]
+    return (items[0].get("msg") if items else "") or res.get("msg", "")
+
+
 def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | list, *, tags: str | None = None,
                  limit: str | None = None, check: bool = False, diff: bool = False,
                  extravars: dict | None = None, quiet: bool = True, extra_args: list | tuple = ()) -> PlaybookRun:
@@ -111,7 +118,7 @@ def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | lis
                     result.changed_tasks.append(data.get("task"))
                 result.results.append((data.get("task"), res))
             elif event["event"] in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
-                result.failures.append({"task": data.get("task"), "msg": res.get("msg", "")})
+                result.failures.append({"task": data.get("task"), "msg": failure_message(res)})
         stats = runner.stats or {}
         for key in STAT_KEYS:
             for host, count in (stats.get(key) or {}).items():

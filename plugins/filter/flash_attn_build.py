@@ -11,8 +11,6 @@ flash_attn_builders
     For each build key some host needs, the one host that builds its wheel.
 flash_attn_is_wanted
     Whether an installed flash-attn version is the one a build key (or a prebuilt wheel) gives.
-flash_attn_watch_rounds
-    How many progress rounds a build can take; settings that exceed what Ansible can nest fail.
 """
 from __future__ import annotations
 
@@ -110,28 +108,6 @@ def flash_attn_is_wanted(installed, label, version="", exact=""):
     return local == label and (not version or public == version)
 
 
-# The watch is an include that includes itself once per round; ansible-core dies with
-# RecursionError past about 220 nested includes. Stay well below.
-MAX_WATCH_ROUNDS = 200
-
-
-def flash_attn_watch_rounds(timeout_minutes, interval_seconds):
-    """The most progress rounds a build can take: the timeout over the interval, rounded up."""
-    try:
-        timeout, interval = int(timeout_minutes) * 60, int(interval_seconds)
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("flash_attn_watch_rounds: %s" % exc)
-    if timeout <= 0 or interval <= 0:
-        raise AnsibleFilterError("flash_attn_build_timeout_minutes and flash_attn_progress_interval must be positive")
-    rounds = -(-timeout // interval)
-    if rounds > MAX_WATCH_ROUNDS:
-        raise AnsibleFilterError(
-            "flash_attn_build_timeout_minutes %d with flash_attn_progress_interval %d gives up to %d progress rounds; "
-            "at most %d fit (each round is one nested include): raise the interval to at least %d seconds"
-            % (int(timeout_minutes), interval, rounds, MAX_WATCH_ROUNDS, -(-timeout // MAX_WATCH_ROUNDS)))
-    return rounds
-
-
 class FilterModule:
     def filters(self):
         return {
@@ -139,5 +115,4 @@ class FilterModule:
             "flash_attn_max_jobs": flash_attn_max_jobs,
             "flash_attn_builders": flash_attn_builders,
             "flash_attn_is_wanted": flash_attn_is_wanted,
-            "flash_attn_watch_rounds": flash_attn_watch_rounds,
         }

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: flash_attn_build_watch
-short_description: Wait a while for a background flash-attn build and report its progress
+short_description: Wait one round for a background flash-attn build and report its progress
 description:
-  - Waits up to I(wait) seconds for the async job behind I(results_file) to finish.
+  - One round of a watch. Waits up to I(wait) seconds for the async job behind I(results_file) to
+    finish, then says how far the build got. A task loops over it, one round per progress line.
   - Reads the build log for ninja's C([done/total]) lines, so a long compile reports how many
     objects are compiled out of how many, and how long it has run.
   - Returns the tail of the log, for the failure message when the build fails.
@@ -26,8 +27,8 @@ options:
     type: path
     required: true
   wait:
-    description: Seconds to wait before reporting, unless the build ends sooner.
-    type: int
+    description: Seconds to wait before reporting, unless the build ends sooner; fractions are fine.
+    type: float
     default: 60
   tail_lines:
     description: Lines of the log to return.
@@ -37,13 +38,17 @@ author: sglang-fleet
 """
 
 EXAMPLES = r"""
-- name: The build is watched for a minute
+- name: The build is watched, one progress line a minute, until it ends
   flash_attn_build_watch:
     results_file: "{{ build_job.results_file }}"
     log: /var/cache/sglang-fleet/flash_attn/build.log
     started_file: /var/cache/sglang-fleet/flash_attn/build.started
     wait: 60
   register: watch
+  loop: "{{ range((180 * 60) | watch_rounds(60)) | list }}"
+  loop_control:
+    label: "{{ watch.msg }}"
+    break_when: watch is failed or watch.finished | default(false)
 """
 
 RETURN = r"""
@@ -78,11 +83,10 @@ msg:
   sample: "compiled 57/73 objects (78%), 23m10s elapsed"
 """
 
-import os
 import re
 import time
 
-from ansible.module_utils.async_job import job_finished
+from ansible.module_utils.async_job import wait_for_job
 from ansible.module_utils.basic import AnsibleModule
 
 # pip --verbose indents its build output.
@@ -101,7 +105,8 @@ def progress(text):
 def describe(compiled, total, elapsed_s, last_line, finished):
     elapsed = "%dm%02ds" % divmod(int(elapsed_s), 60)
     if finished:
-        state = "build ended after %s" % elapsed
+        # The last line of a watch, success or failure: how far the compile got is its summary.
+        state = "build ended after %s" % elapsed + (", %d/%d objects compiled" % (compiled, total) if total else "")
     elif total:
         state = "compiled %d/%d objects (%d%%), %s elapsed" % (compiled, total, 100 * compiled // total, elapsed)
     else:
@@ -123,17 +128,14 @@ def main():
             results_file=dict(type="path", required=True),
             log=dict(type="path", required=True),
             started_file=dict(type="path", required=True),
-            wait=dict(type="int", default=60),
+            wait=dict(type="float", default=60),
             tail_lines=dict(type="int", default=40),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    deadline = time.time() + max(0, params["wait"])
-    finished = job_finished(params["results_file"])
-    while not finished and time.time() < deadline:
-        time.sleep(2)
-        finished = job_finished(params["results_file"])
+    # A build that ends is noticed within 2 s: reading the results file that often costs nothing.
+    finished = wait_for_job(params["results_file"], params["wait"], poll=2)
 
     try:
         with open(params["started_file"]) as handle:

@@ -1,5 +1,5 @@
 """The fleet report a user reads at the end of bin/lab."""
-from fleet import HostResult, PlaybookRun, report
+from fleet import HostResult, PlaybookRun, failure_message, report
 
 FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
                                  "compute_capability": "12.0"}] * 8,
@@ -145,3 +145,18 @@ def test_the_monitoring_host_names_prometheus_and_how_many_targets_are_up():
     text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
         "mon-1": HostResult(ok=30, facts={"fleet_monitoring_status": status})}))
     assert "  i mon-1: Prometheus http://127.0.1.9:9090: 1 of 2 targets up (down: node gpu-2)" in text
+
+
+def test_a_failed_loop_is_reported_with_its_failed_item_s_reason_not_ansible_s_summary():
+    # ansible-runner's runner_on_failed for the model copy's watch, a loop whose last round failed.
+    why = ("the fetch of nvidia/Kimi-K2.5-NVFP4 on gpu-2 failed: it ran past its time limit and was stopped "
+           "(last progress: fetching 212.4 GB of 594.9 GB (35%), model-00043-of-00119.safetensors, 1.1 GB/s, "
+           "86390s elapsed)")
+    res = {"failed": True, "msg": "One or more items failed", "changed": False,
+           "results": [{"failed": False, "finished": False, "msg": "fetching 212.3 GB of 594.9 GB (35%)"},
+                       {"failed": True, "finished": True, "msg": why}]}
+    assert failure_message(res) == why
+    assert failure_message({"failed": True, "msg": "gpu-2 does not fit the GPU profile: GPU count"}) == (
+        "gpu-2 does not fit the GPU profile: GPU count")
+    assert failure_message({"failed": True, "msg": "One or more items failed", "results": [{"failed": True}]}) == (
+        "One or more items failed")

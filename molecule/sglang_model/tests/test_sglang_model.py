@@ -48,12 +48,14 @@ def on_disk(node, directory):
 
 
 def sync_results(run, host):
-    """sglang_model_sync's results: its own task's, or a background job's as its watch returned it."""
+    """sglang_model_sync's results: its own task's, or a background job's as the last round of its
+    watch (a loop, one result per round) returned it."""
     found = []
-    for _, res in run.hosts[host].results:
-        res = res["result"] if isinstance(res.get("result"), dict) and res["result"] else res
-        if "hashed_bytes" in res:
-            found.append(res)
+    for _, task in run.hosts[host].results:
+        for res in task.get("results") or [task]:
+            res = res["result"] if isinstance(res.get("result"), dict) and res["result"] else res
+            if "hashed_bytes" in res:
+                found.append(res)
     return found
 
 
@@ -211,7 +213,8 @@ def test_the_fleet_spread_fetches_once_where_independent_downloads_fetch_four_ti
     sources = [res.get("msg", "") for h in HOSTS for name, res in fleet.hosts[h].results if name == "What changed is said"]
     assert sum("from http://127.0.2.1:8080" in m for m in sources) == 1  # one host from the Hub
     assert sum(" from model-gpu-" in m for m in sources) == len(HOSTS) - 1  # the others from peers
-    progress = [m for h in HOSTS for m in messages(fleet, h, "Progress")]
+    progress = [round_["msg"] for h in HOSTS for name, res in fleet.hosts[h].results
+                if name.startswith("The job is watched until it ends") for round_ in res["results"]]
     assert any("fetching" in m and "%)" in m and "(100%)" not in m for m in progress), progress
     per_host, per_host_served = spread("per_host", capsys)
     assert per_host_served == SIZES[KIMI] * len(HOSTS)
