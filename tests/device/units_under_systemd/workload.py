@@ -95,7 +95,7 @@ TMP_MARKER = "/tmp/units-harness-marker"  # harness.py puts it in the host's /tm
 
 
 def status_fields(names=("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapInh", "CapPrm", "CapEff", "CapBnd",
-                         "CapAmb", "Uid", "Gid", "Groups", "VmLck", "VmPin")):
+                         "CapAmb", "Uid", "Gid", "Groups", "Umask", "VmLck", "VmPin")):
     fields = {}
     with open("/proc/self/status") as status:
         for line in status:
@@ -173,7 +173,6 @@ def sandbox():
     return {
         "status": status_fields(),
         "rlimits": limits,
-        "umask": "%04o" % os.umask(os.umask(0o022)),
         "devices": {node: try_open(node) for node in NODES},
         "writes": {d: try_write(d) for d in ("/opt", "/usr/local", "/etc", os.environ.get("HOME", "/nonexistent"),
                                              tempfile.gettempdir(), "/dev/shm")},
