@@ -350,6 +350,18 @@ def install_systemd(carry, work):
     return steps
 
 
+def install_role_script(unit):
+    """A unit whose ExecStart runs a script of the role's (the gpu-init unit's gpu_init.sh) gets it where
+    the role puts it, from roles/sglang_server/files/, root-owned and 0755 as the role's copy task has it."""
+    for line in unit_values(unit, "ExecStart"):
+        program = line.split()[0] if line.split() else ""
+        source = ROOT / "roles/sglang_server/files" / os.path.basename(program)
+        if program.startswith("/usr/local/lib/sglang-fleet/") and source.is_file():
+            os.makedirs(os.path.dirname(program), exist_ok=True)
+            shutil.copyfile(source, program)
+            os.chmod(program, 0o755)
+
+
 def write_units(units, python, nvidia_smi, home, budget):
     (UNIT_DIR / TARGET).write_text("[Unit]\nDescription=units harness: nothing but the manager\n"
                                    "DefaultDependencies=no\nAllowIsolate=yes\n")
@@ -359,6 +371,7 @@ def write_units(units, python, nvidia_smi, home, budget):
             link.symlink_to("/dev/null")
     for name, text in units.items():
         (UNIT_DIR / name).write_text(text)
+        install_role_script(text)
     dropins = {}
     server = UNIT_DIR / (SERVICE + ".service.d")
     server.mkdir(exist_ok=True)
