@@ -257,3 +257,21 @@ def test_an_unreadable_kernel_log_is_said_not_hidden(tmp_path, monkeypatch):
     assert collector.read_kernel_log("auto") == (None, [])
     text = collector.render([], 0, None, {}, (None, False))
     assert values(text)['nvidia_smi_kernel_log_readable{source="none"}'] == 0
+
+
+RUN_ON_HOST = FIXTURES / "hosts/h200-driver580/monitoring"
+
+
+@pytest.mark.parametrize("name", ["h200-textfile.prom", "h200-textfile-second.prom"])
+def test_what_the_collector_wrote_on_the_real_host_parses_and_says_the_gpu_is_there(name):
+    """The collector run on the H200 host itself (not on a capture of its nvidia-smi): promtool reads its
+    file, and the file says one GPU answered, as the inventory expects, with the kernel log readable."""
+    text = (RUN_ON_HOST / name).read_text()
+    assert check_metrics(text) == (0, "")
+    samples = values(text)
+    assert samples["nvidia_smi_up"] == 1
+    assert samples["nvidia_smi_gpus_visible"] == samples["nvidia_smi_gpus_expected"] == 1
+    assert samples['nvidia_smi_kernel_log_readable{source="dmesg"}'] == 1
+    (info,) = [k for k in samples if k.startswith("nvidia_smi_gpu_info{")]
+    assert 'name="NVIDIA H200"' in info and samples[info] == 1
+    assert next(v for k, v in samples.items() if k.startswith("nvidia_smi_memory_total_bytes{")) > 140e9
