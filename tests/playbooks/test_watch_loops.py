@@ -2,10 +2,11 @@
 
 Each role runs its long step as an async job and watches it in rounds: one module call that waits
 up to the role's progress interval, then one progress line. The watch used to include itself once per
-round, and ansible-core 2.19 dies with RecursionError ("Unexpected Exception") between 200 and 250
-nested includes: a long copy ended the whole run mid-way. These runs drive the roles' real watch
-task files (include_role, tasks_from: watch.yml) and real modules through Ansible's real async
-wrapper, against fake jobs that end only after more rounds than that, in 10 ms rounds.
+round, and ansible-core 2.19 dies of a RecursionError between 200 and 250 nested includes
+("Exceeded maximum object depth ... maximum recursion depth exceeded"): a long copy ended the whole
+run mid-way. These runs drive the roles' real watch task files (include_role, tasks_from: watch.yml)
+and real modules through Ansible's real async wrapper, against fake jobs that end only after more
+rounds than that, in 10 ms rounds.
 
 The host's Python is a shim that counts module runs: each round is one, so a fake job knows how
 many rounds the watch has made and ends after the number it was given."""
@@ -225,7 +226,7 @@ def test_a_copy_and_a_build_of_more_than_300_rounds_are_watched_to_their_end_one
         print("\n    watched for %d rounds of %.2f s: the model copy in %.1f s, the flash-attn build in %.1f s"
               % (LONG, ROUND, seconds, build_seconds))
     for text in (out, build_out):
-        assert "RecursionError" not in text and "Unexpected Exception" not in text
+        assert "recursion" not in text.lower() and "Unexpected Exception" not in text
     assert rc == 0, out[-3000:]
     assert build_rc == 0, build_out[-3000:]
 
