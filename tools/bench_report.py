@@ -64,9 +64,7 @@ def build_report(hosts: dict, *, slow_percent: float = 10.0, simulated: bool = F
                                 **parse_bench_serving(run["bench_serving"])))
         results.sort(key=lambda r: (r["concurrency"], r["variant"]))
         report_hosts[host] = {"results": results, "ab": ab_comparison(results), "slow": [],
-                              "fusion_ab": fusion_ab([dict(r, server_info={"enable_flashinfer_allreduce_fusion":
-                                                                            r["fusion"]}) for r in results],
-                                                     accept_tolerance_percent)}
+                              "fusion_ab": fusion_ab(runs, accept_tolerance_percent)}
 
     medians: dict[str, dict[str, float]] = {}
     for variant in VARIANTS:

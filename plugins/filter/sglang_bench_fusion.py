@@ -14,17 +14,16 @@ EAGLE3_VARIANTS = ("eagle3", "eagle3-fusion-ab")
 
 
 def _fused(result):
-    info = (result.get("bench_serving") or result).get("server_info") or {}
-    return info.get("enable_flashinfer_allreduce_fusion")
+    return (result["bench_serving"].get("server_info") or {}).get("enable_flashinfer_allreduce_fusion")
 
 
 def _value(result, key):
-    return (result.get("bench_serving") or result).get(key)
+    return result["bench_serving"].get(key)
 
 
 def fusion_ab(results, tolerance_percent=5.0):
     """[{concurrency, fused_*, unfused_*, accept_drop_percent, tolerance_percent, flagged}] from the
-    host's results (the role's, with bench_serving's line and its server_info, or the report's)."""
+    host's results as the role records them: variant, concurrency, bench_serving's line (its server_info)."""
     tolerance = float(tolerance_percent)
     by_key = {}
     for r in results:
