@@ -21,7 +21,7 @@ def _speedup(selftest, decode_tokens):
 
 def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8, 64), speculative=False, tp=1,
                     capture=None, capture_guard=True):
-    """{enabled, switch, selftest, speedup, reason, refusal}.
+    """{enabled, switch, selftest, speedup, min_speedup, cause, reason, refusal}.
 
     switch: on / off / auto (sglang_server_allreduce_fusion).
     selftest: the fusion self-test's JSON, or None where it did not run (check mode before the user exists).
@@ -40,11 +40,8 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8
     decision = {"switch": switch, "selftest": status, "speedup": speedup, "min_speedup": float(min_speedup),
                 "enabled": False, "cause": "", "reason": "", "refusal": ""}
 
-    def off(cause, reason):
-        decision.update(cause=cause, reason=reason)
-        if switch == "on":
-            decision.update(refusal=reason)
-        return decision
+    def off(cause, reason):  # served without fusion; an `on` that meets this is refused instead
+        return dict(decision, cause=cause, reason=reason, refusal=reason if switch == "on" else "")
 
     if switch == "off":
         return dict(decision, cause="switched-off", reason="switched off (sglang_server_allreduce_fusion: off)")
