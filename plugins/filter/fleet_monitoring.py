@@ -7,12 +7,11 @@ DOCUMENTATION = r"""
 name: fleet_monitoring_targets
 short_description: The fleet's scrape targets, one file_sd list per Prometheus job
 description:
-  - C(sglang_server) holds one target per unit of rollout (the units come from C(sglang_rollout_units)),
-    a host that serves alone or rank 0 of a multi-node group (ranks >= 1 serve no C(/metrics)). Its
-    address is the server's listen address, or its C(sglang_server_advertise_host) (else C(ansible_host),
-    else its name) when it listens on every address, as the routers reach it.
-  - C(sglang_router) holds each router's Prometheus exporter (C(sglang_router_prometheus_host),
-    C(sglang_router_prometheus_port)), C(node) node_exporter on each exporter host, C(dcgm) dcgm-exporter
+  - C(sglang_server) holds one target per unit of rollout, a host that serves alone or rank 0 of a
+    multi-node group (ranks >= 1 serve no C(/metrics)), at its worker address, where the routers
+    reach it (the fleet layer's C(fleet_topology)).
+  - C(sglang_router) holds each router's Prometheus exporter (C(fleet_router_prometheus_host),
+    C(fleet_router_prometheus_port)), C(node) node_exporter on each exporter host, C(dcgm) dcgm-exporter
     there when I(dcgm_exporter_port) is set.
   - Every target is labelled C(host) (the inventory name); a server also C(unit) (its group, or its host).
   - A target on a loopback address of another host than Prometheus's cannot be scraped, so it fails,
@@ -20,19 +19,13 @@ description:
 positional: _input, hostvars
 options:
   _input:
-    description: The servers' units of rollout, from C(sglang_rollout_units).
-    type: list
-    elements: dict
+    description: The fleet's topology, from C(fleet_topology) (its units and its routers).
+    type: dict
     required: true
   hostvars:
     description: The C(hostvars) variable.
     type: dict
     required: true
-  routers:
-    description: The router hosts.
-    type: list
-    elements: str
-    default: []
   exporter_hosts:
     description: The hosts that run node_exporter (and dcgm-exporter).
     type: list
@@ -55,8 +48,8 @@ EXAMPLES = r"""
 - name: The target files' content is known
   ansible.builtin.set_fact:
     targets: >-
-      {{ groups['gpu_nodes'] | sglang_rollout_units(hostvars, groups)
-         | fleet_monitoring_targets(hostvars, routers=groups['sglang_routers'] | default([]),
+      {{ groups['gpu_nodes'] | fleet_topology(hostvars, groups, groups['sglang_routers'] | default([]))
+         | fleet_monitoring_targets(hostvars,
                                     exporter_hosts=groups['gpu_nodes'], monitoring_host=inventory_hostname) }}
 """
 
@@ -74,10 +67,6 @@ import os
 from ansible.errors import AnsibleFilterError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# The server and router roles' defaults (roles/sglang_server, roles/sglang_router) for a host the
-# inventory does not set them on, as the router role reads its workers.
-SERVER_DEFAULTS = {"sglang_server_host": "127.0.0.1", "sglang_server_port": 30000}
-ROUTER_DEFAULTS = {"sglang_router_prometheus_host": "127.0.0.1", "sglang_router_prometheus_port": 29000}
 
 
 def _load_http_url():
@@ -115,7 +104,7 @@ def fleet_monitoring_exporter_address(host, hostvars):
     return str(_vars(hostvars, host).get("fleet_monitoring_node_exporter_host") or _advertised(hostvars, host))
 
 
-def fleet_monitoring_targets(units, hostvars, routers=(), exporter_hosts=(), monitoring_host=None,
+def fleet_monitoring_targets(topology, hostvars, exporter_hosts=(), monitoring_host=None,
                              node_exporter_port=9100, dcgm_exporter_port=0):
     jobs = {"sglang_server": [], "sglang_router": [], "node": []}
     loopback = []
@@ -125,20 +114,12 @@ def fleet_monitoring_targets(units, hostvars, routers=(), exporter_hosts=(), mon
             loopback.append("%s's %s at %s (%s)" % (host, job, address, fix))
         jobs.setdefault(job, []).append({"targets": [address], "labels": dict({"host": host}, **labels)})
 
-    for unit in units:
-        rank0 = unit["rank0"]
-        server = _vars(hostvars, rank0)
-        listen = server.get("sglang_server_host", SERVER_DEFAULTS["sglang_server_host"])
-        port = server.get("sglang_server_port", SERVER_DEFAULTS["sglang_server_port"])
-        advertised = server.get("sglang_server_advertise_host") or _advertised(hostvars, rank0)
-        add("sglang_server", rank0, _address(listen, port, advertised), {"unit": unit["name"]},
-            "set sglang_server_host to an address Prometheus reaches, or 0.0.0.0")
-    for router in routers:
-        found = _vars(hostvars, router)
-        listen = found.get("sglang_router_prometheus_host", ROUTER_DEFAULTS["sglang_router_prometheus_host"])
-        port = found.get("sglang_router_prometheus_port", ROUTER_DEFAULTS["sglang_router_prometheus_port"])
-        add("sglang_router", router, _address(listen, port, _advertised(hostvars, router)), {},
-            "set sglang_router_prometheus_host to an address Prometheus reaches, or 0.0.0.0")
+    for unit in topology["units"]:
+        add("sglang_server", unit["rank0"], unit["worker_url"][len("http://"):], {"unit": unit["name"]},
+            "set fleet_server_host to an address Prometheus reaches, or 0.0.0.0")
+    for router, found in topology["routers"].items():
+        add("sglang_router", router, found["metrics"], {},
+            "set fleet_router_prometheus_host to an address Prometheus reaches, or 0.0.0.0")
     for host in exporter_hosts:
         address = fleet_monitoring_exporter_address(host, hostvars)
         port = _vars(hostvars, host).get("fleet_monitoring_node_exporter_port", node_exporter_port)

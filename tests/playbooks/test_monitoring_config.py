@@ -30,11 +30,11 @@ def inventory(tmp_path, servers, monitoring=True, routers=None, **group_vars):
 
 
 SERVERS = {
-    "gpu-1": {"ansible_host": "10.0.0.11", "sglang_server_host": "10.0.0.11"},
-    "gpu-2": {"ansible_host": "10.0.0.12", "sglang_server_host": "0.0.0.0", "sglang_server_multinode_group": "tp_group"},
-    "gpu-3": {"ansible_host": "10.0.0.13", "sglang_server_host": "0.0.0.0", "sglang_server_multinode_group": "tp_group"},
+    "gpu-1": {"ansible_host": "10.0.0.11", "fleet_server_host": "10.0.0.11"},
+    "gpu-2": {"ansible_host": "10.0.0.12", "fleet_server_host": "0.0.0.0", "sglang_server_multinode_group": "tp_group"},
+    "gpu-3": {"ansible_host": "10.0.0.13", "fleet_server_host": "0.0.0.0", "sglang_server_multinode_group": "tp_group"},
 }
-ROUTERS = {"gateway-1": {"ansible_host": "10.0.0.5", "sglang_router_prometheus_host": "10.0.0.5"}}
+ROUTERS = {"gateway-1": {"ansible_host": "10.0.0.5", "fleet_router_prometheus_host": "10.0.0.5"}}
 
 
 def playbook(tmp_path, inv, path=PLAYBOOK, *args, **extravars):
@@ -91,7 +91,7 @@ def test_dcgm_exporter_is_a_job_where_its_port_is_set_and_gone_when_unset(tmp_pa
 def test_check_diff_shows_an_inventory_change_in_the_target_files_and_writes_nothing(tmp_path):
     assert playbook(tmp_path, inventory(tmp_path, SERVERS)).returncode == 0
     before = (tmp_path / "out/sglang-fleet/targets/sglang_server.json").read_text()
-    more = dict(SERVERS, **{"gpu-4": {"ansible_host": "10.0.0.14", "sglang_server_host": "10.0.0.14"}})
+    more = dict(SERVERS, **{"gpu-4": {"ansible_host": "10.0.0.14", "fleet_server_host": "10.0.0.14"}})
     run = playbook(tmp_path, inventory(tmp_path, more), PLAYBOOK, "--check", "--diff")
     assert run.returncode == 0, run.stdout + run.stderr
     assert '+            "10.0.0.14:30000"' in run.stdout
@@ -104,7 +104,7 @@ def test_check_diff_shows_an_inventory_change_in_the_target_files_and_writes_not
 def test_servers_on_loopback_cannot_be_scraped_from_another_host(tmp_path):
     run = playbook(tmp_path, inventory(tmp_path, {"gpu-1": {"ansible_host": "10.0.0.11"}}))
     assert run.returncode != 0
-    assert "gpu-1's sglang_server at 127.0.0.1:30000 (set sglang_server_host" in run.stdout
+    assert "gpu-1's sglang_server at 127.0.0.1:30000 (set fleet_server_host" in run.stdout
 
 
 def test_the_stage_does_nothing_without_the_group_monitoring(tmp_path):

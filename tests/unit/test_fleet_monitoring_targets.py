@@ -4,18 +4,18 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from fleet_monitoring import fleet_monitoring_exporter_address, fleet_monitoring_targets
-from sglang_rollout import sglang_rollout_units
+from fleet_layer import fleet_topology
 
 GROUPS = {"tp_group": ["gpu-2", "gpu-3"]}
 HOSTVARS = {
     # serves alone, on its own address
-    "gpu-1": {"ansible_host": "10.0.0.11", "sglang_server_host": "10.0.0.11"},
+    "gpu-1": {"ansible_host": "10.0.0.11", "fleet_server_host": "10.0.0.11"},
     # rank 0 and rank 1 of a multi-node group, listening on every address
-    "gpu-2": {"ansible_host": "10.0.0.12", "sglang_server_host": "0.0.0.0", "sglang_server_port": 31000,
+    "gpu-2": {"ansible_host": "10.0.0.12", "fleet_server_host": "0.0.0.0", "fleet_server_port": 31000,
               "sglang_server_multinode_group": "tp_group"},
-    "gpu-3": {"ansible_host": "10.0.0.13", "sglang_server_host": "0.0.0.0", "sglang_server_port": 31000,
+    "gpu-3": {"ansible_host": "10.0.0.13", "fleet_server_host": "0.0.0.0", "fleet_server_port": 31000,
               "sglang_server_multinode_group": "tp_group"},
-    "router-1": {"ansible_host": "gateway-01.example.com", "sglang_router_prometheus_host": "0.0.0.0"},
+    "router-1": {"ansible_host": "gateway-01.example.com", "fleet_router_prometheus_host": "0.0.0.0"},
     "mon-1": {"ansible_host": "10.0.0.2"},
 }
 SERVERS = ["gpu-1", "gpu-2", "gpu-3"]
@@ -23,10 +23,10 @@ SERVERS = ["gpu-1", "gpu-2", "gpu-3"]
 
 def targets(hostvars=None, servers=SERVERS, **kwargs):
     hostvars = hostvars or HOSTVARS
-    kwargs.setdefault("routers", ["router-1"])
+    routers = kwargs.pop("routers", ["router-1"])
     kwargs.setdefault("exporter_hosts", servers)
     kwargs.setdefault("monitoring_host", "mon-1")
-    return fleet_monitoring_targets(sglang_rollout_units(servers, hostvars, GROUPS), hostvars, **kwargs)
+    return fleet_monitoring_targets(fleet_topology(servers, hostvars, GROUPS, routers), hostvars, **kwargs)
 
 
 def test_one_server_target_per_unit_rank_0_only():
@@ -63,7 +63,7 @@ def test_a_host_s_own_exporter_address_and_port_win():
 
 
 def test_ipv6_addresses_are_bracketed():
-    hostvars = {"v6": {"ansible_host": "fd00::11", "sglang_server_host": "::"}, "mon-1": {}}
+    hostvars = {"v6": {"ansible_host": "fd00::11", "fleet_server_host": "::"}, "mon-1": {}}
     found = targets(hostvars, servers=["v6"], routers=[])
     assert found["sglang_server"][0]["targets"] == ["[fd00::11]:30000"]
     assert found["node"][0]["targets"] == ["[fd00::11]:9100"]
@@ -76,8 +76,8 @@ def test_the_roles_defaults_listen_on_loopback_which_another_host_cannot_scrape(
         targets(hostvars, servers=["gpu-1"])
     message = str(error.value)
     assert "Prometheus on mon-1 cannot scrape a loopback address of another host" in message
-    assert "gpu-1's sglang_server at 127.0.0.1:30000 (set sglang_server_host" in message
-    assert "router-1's sglang_router at 127.0.0.1:29000 (set sglang_router_prometheus_host" in message
+    assert "gpu-1's sglang_server at 127.0.0.1:30000 (set fleet_server_host" in message
+    assert "router-1's sglang_router at 127.0.0.1:29000 (set fleet_router_prometheus_host" in message
     assert "node" not in message  # node_exporter listens on the advertised address by default
 
 
@@ -89,8 +89,8 @@ def test_loopback_is_fine_on_prometheus_s_own_host():
 
 
 def test_the_lab_s_own_addresses_on_one_loopback_are_other_hosts_addresses():
-    hostvars = {"lab-gpu-1": {"sglang_server_host": "127.0.1.1", "fleet_monitoring_node_exporter_host": "127.0.1.1"},
-                "lab-router-1": {"sglang_router_prometheus_host": "127.0.1.3"},
+    hostvars = {"lab-gpu-1": {"fleet_server_host": "127.0.1.1", "fleet_monitoring_node_exporter_host": "127.0.1.1"},
+                "lab-router-1": {"fleet_router_prometheus_host": "127.0.1.3"},
                 "lab-mon-1": {}}
     found = targets(hostvars, servers=["lab-gpu-1"], routers=["lab-router-1"], monitoring_host="lab-mon-1")
     assert [found[job][0]["targets"] for job in ("sglang_server", "sglang_router", "node")] == [
@@ -99,4 +99,4 @@ def test_the_lab_s_own_addresses_on_one_loopback_are_other_hosts_addresses():
 
 def test_an_unknown_host_is_named():
     with pytest.raises(AnsibleFilterError, match="gpu-9 is not a host of this inventory"):
-        fleet_monitoring_targets([{"name": "gpu-9", "rank0": "gpu-9", "ranks": ["gpu-9"]}], HOSTVARS)
+        targets(servers=["gpu-9"])

@@ -1,0 +1,198 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet layer's reads: each host's fleet settings, and the topology every role derives from them."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: fleet_topology
+short_description: The fleet's servers and routers, and how each reaches the others
+description:
+  - The one place where the fleet's topology is derived, for the server, router and monitoring roles
+    alike. Each host's settings are its own C(fleet_*) variables (inventory, facts) over the fleet
+    layer's defaults, read from C(roles/fleet/defaults/main.yml) itself, since C(hostvars) holds no
+    role defaults for the hosts a play does not run on.
+  - A unit of rollout is a host that serves alone, or every rank of a multi-node group (see
+    C(sglang_rollout_units)); its worker is rank 0, which alone serves the API.
+positional: _input, hostvars, groups, routers
+options:
+  _input:
+    description: The server hosts, in rollout order.
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: The C(hostvars) variable.
+    type: dict
+    required: true
+  groups:
+    description: The C(groups) variable, for the ranks of multi-node groups.
+    type: dict
+    required: true
+  routers:
+    description: The router hosts.
+    type: list
+    elements: str
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Where each router reaches its workers
+  ansible.builtin.debug:
+    msg: "{{ (groups['gpu_nodes'] | fleet_topology(hostvars, groups, groups['sglang_routers'])).worker_urls }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(units), in rollout order, each with C(name), C(rank0), C(ranks), C(worker_url) (where a router
+      reaches rank 0), C(dist_init_addr) (C(<rank 0's address>:<port>), for a multi-node group only,
+      else empty).
+    - C(worker_urls), one a unit; C(rank0), each server host's rank 0.
+    - C(routers), per router host, C(url) (its API, as called on its own host) and C(metrics) (its
+      exporter, as another host scrapes it).
+  type: dict
+"""
+
+import importlib.util
+import os
+
+import yaml
+from ansible.errors import AnsibleFilterError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The fleet role's defaults: the one definition of every fleet setting (roles/ sits beside plugins/
+# in the repository and in the collection alike).
+DEFAULTS_FILE = os.path.join(HERE, os.pardir, os.pardir, "roles", "fleet", "defaults", "main.yml")
+
+
+def _sibling(name, attribute):
+    """A function of another filter file of ours, loaded by path (filter files are not a package)."""
+    spec = importlib.util.spec_from_file_location("sglang_fleet_" + name, os.path.join(HERE, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, attribute)
+
+
+http_url = _sibling("http_url", "http_url")
+sglang_rollout_units = _sibling("sglang_rollout", "sglang_rollout_units")
+pip_environment = _sibling("pip_environment", "pip_environment")
+
+_defaults = None
+
+
+def fleet_defaults(path=None):
+    """The fleet layer's defaults, as the fleet role defines them. A templated value would mean one
+    thing to Ansible and another here: it is refused, naming the setting."""
+    global _defaults
+    if _defaults is not None and path is None:
+        return _defaults
+    try:
+        with open(path or DEFAULTS_FILE) as handle:
+            found = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise AnsibleFilterError("the fleet layer's defaults (%s) cannot be read: %s" % (path or DEFAULTS_FILE, error))
+    for name, value in found.items():
+        if not name.startswith("fleet_"):
+            raise AnsibleFilterError("fleet layer default %s: every setting there is named fleet_*" % name)
+        if "{{" in yaml.safe_dump(value) or "{%" in yaml.safe_dump(value):
+            raise AnsibleFilterError("fleet layer default %s is templated (%r): the fleet layer's defaults are "
+                                     "literal, so that every host reads them alike" % (name, value))
+    if path is None:
+        _defaults = found
+    return found
+
+
+def _vars(hostvars, host):
+    try:
+        return hostvars[host]
+    except KeyError:
+        raise AnsibleFilterError("%s is not a host of this inventory" % host)
+
+
+def fleet_settings(host, hostvars):
+    """Every fleet setting as it holds for `host`: its own variable where the inventory (or a fact)
+    sets one, else the fleet layer's default."""
+    found = _vars(hostvars, host)
+    return {name: (found[name] if name in found else default) for name, default in fleet_defaults().items()}
+
+
+def fleet_advertised(host, hostvars):
+    """Where the other hosts reach `host`: fleet_server_advertise_host, else ansible_host, else its name."""
+    settings = fleet_settings(host, hostvars)
+    return str(settings["fleet_server_advertise_host"] or _vars(hostvars, host).get("ansible_host") or host)
+
+
+def _router(host, hostvars):
+    settings = fleet_settings(host, hostvars)
+    advertised = str(_vars(hostvars, host).get("ansible_host") or host)
+    metrics = http_url(settings["fleet_router_prometheus_host"], settings["fleet_router_prometheus_port"], advertised)
+    return {"url": http_url(settings["fleet_router_host"], settings["fleet_router_port"]),
+            "metrics": metrics[len("http://"):]}
+
+
+def fleet_topology(hosts, hostvars, groups, routers=()):
+    units, rank0 = [], {}
+    for unit in sglang_rollout_units(hosts, hostvars, groups):
+        settings = fleet_settings(unit["rank0"], hostvars)
+        advertised = fleet_advertised(unit["rank0"], hostvars)
+        unit = dict(unit,
+                    worker_url=http_url(settings["fleet_server_host"], settings["fleet_server_port"], advertised),
+                    dist_init_addr=("%s:%s" % (advertised, settings["fleet_server_dist_init_port"])
+                                    if len(unit["ranks"]) > 1 else ""))
+        units.append(unit)
+        rank0.update({rank: unit["rank0"] for rank in unit["ranks"]})
+    return {"units": units, "worker_urls": [unit["worker_url"] for unit in units], "rank0": rank0,
+            "routers": {router: _router(router, hostvars) for router in routers}}
+
+
+def fleet_unit(topology, host):
+    """The unit `host` serves in (a host of a multi-node group: its group's)."""
+    for unit in topology["units"]:
+        if host in unit["ranks"]:
+            return unit
+    raise AnsibleFilterError("%s is not one of the fleet's servers (%s)"
+                             % (host, ", ".join(u["name"] for u in topology["units"]) or "none"))
+
+
+def fleet_pip_environment(host, hostvars):
+    """The environment of every pip run on `host` (sglang, flash-attn, the router, the bench): the
+    fleet's proxy and PIP_* settings, and its index, extra indexes, find-links and no-index."""
+    settings = fleet_settings(host, hostvars)
+    base = dict(settings["fleet_proxy_env"] or {}, **(settings["fleet_pip_env"] or {}))
+    return pip_environment(base, index_url=settings["fleet_pip_index_url"],
+                           extra_index_urls=settings["fleet_pip_extra_index_urls"],
+                           find_links=settings["fleet_pip_find_links"],
+                           no_index=_bool(settings["fleet_pip_no_index"]))
+
+
+def _bool(value):
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+PORTS = ("fleet_server_port", "fleet_server_dist_init_port", "fleet_router_port", "fleet_router_prometheus_port")
+
+
+def fleet_problems(host, hostvars):
+    """What cannot work on `host`: a port out of range, or two of the fleet's listeners on one port
+    (a GPU host may run a router too)."""
+    settings = fleet_settings(host, hostvars)
+    problems, owner = [], {}
+    for name in PORTS:
+        try:
+            port = int(settings[name])
+        except (TypeError, ValueError):
+            problems.append("%s is %r, not a port" % (name, settings[name]))
+            continue
+        if not 0 < port < 65536:
+            problems.append("%s is %d, not a port (1-65535)" % (name, port))
+        elif port in owner:
+            problems.append("%s and %s are both %d: give each its own port" % (owner[port], name, port))
+        else:
+            owner[port] = name
+    return problems
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_settings": fleet_settings,
+                "fleet_problems": fleet_problems, "fleet_pip_environment": fleet_pip_environment}

@@ -1,0 +1,122 @@
+"""The fleet layer: one definition of what several roles read, the same for the hosts a play runs on
+and for those it only reads about, and one derivation of the topology (plugins/filter/fleet_layer.py)."""
+import re
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+import fleet_layer
+from fleet_layer import fleet_defaults, fleet_pip_environment, fleet_problems, fleet_settings, fleet_topology, fleet_unit
+from conftest import ROOT
+
+GROUPS = {"tp": ["b0", "b1"]}
+HOSTVARS = {
+    "a": {"ansible_host": "10.0.0.1", "fleet_server_host": "0.0.0.0"},
+    "b0": {"ansible_host": "10.0.0.2", "fleet_server_host": "10.0.0.2", "fleet_server_port": 31000,
+           "sglang_server_multinode_group": "tp"},
+    "b1": {"ansible_host": "10.0.0.3", "sglang_server_multinode_group": "tp"},
+    "c": {},  # nothing set: every default; no ansible_host: its name
+    "gw": {"ansible_host": "gw.example.com", "fleet_router_host": "0.0.0.0",
+           "fleet_router_prometheus_host": "0.0.0.0"},
+}
+
+
+def test_the_defaults_are_the_fleet_role_s_own_file():
+    assert fleet_defaults() == yaml.safe_load((ROOT / "roles/fleet/defaults/main.yml").read_text())
+    assert fleet_defaults()["fleet_server_port"] == 30000
+
+
+def test_a_host_s_own_setting_wins_over_the_default_and_only_for_that_host():
+    assert fleet_settings("b0", HOSTVARS)["fleet_server_port"] == 31000
+    assert fleet_settings("c", HOSTVARS)["fleet_server_port"] == 30000
+    assert set(fleet_settings("c", HOSTVARS)) == set(fleet_defaults())
+
+
+def test_the_topology_names_every_unit_s_worker_and_rank_0():
+    found = fleet_topology(["a", "b0", "b1", "c"], HOSTVARS, GROUPS, ["gw"])
+    assert [(u["name"], u["rank0"], u["worker_url"], u["dist_init_addr"]) for u in found["units"]] == [
+        ("a", "a", "http://10.0.0.1:30000", ""),          # listens on all: reached at its ansible_host
+        ("tp", "b0", "http://10.0.0.2:31000", "10.0.0.2:20000"),
+        ("c", "c", "http://127.0.0.1:30000", ""),         # the default: loopback, for a router on the host
+    ]
+    assert found["worker_urls"] == [u["worker_url"] for u in found["units"]]
+    assert found["rank0"] == {"a": "a", "b0": "b0", "b1": "b0", "c": "c"}
+    # A router's API is called on its own host; its exporter is scraped from elsewhere.
+    assert found["routers"] == {"gw": {"url": "http://127.0.0.1:30090", "metrics": "gw.example.com:29000"}}
+
+
+def test_the_advertised_address_moves_the_worker_and_the_dist_init_address():
+    hostvars = dict(HOSTVARS, b0=dict(HOSTVARS["b0"], fleet_server_host="0.0.0.0",
+                                      fleet_server_advertise_host="192.0.2.20", fleet_server_dist_init_port=21000))
+    unit = fleet_unit(fleet_topology(["b0", "b1"], hostvars, GROUPS), "b1")
+    assert (unit["worker_url"], unit["dist_init_addr"]) == ("http://192.0.2.20:31000", "192.0.2.20:21000")
+
+
+def test_a_host_outside_the_servers_is_named():
+    with pytest.raises(AnsibleFilterError, match="gw is not one of the fleet's servers"):
+        fleet_unit(fleet_topology(["a"], HOSTVARS, GROUPS), "gw")
+    with pytest.raises(AnsibleFilterError, match="nowhere is not a host of this inventory"):
+        fleet_topology(["nowhere"], HOSTVARS, GROUPS)
+
+
+def test_a_templated_default_is_refused_naming_it(tmp_path):
+    path = tmp_path / "main.yml"
+    path.write_text("fleet_server_port: 30000\nfleet_install_root: \"{{ somewhere }}/sglang\"\n")
+    with pytest.raises(AnsibleFilterError, match="fleet_install_root is templated"):
+        fleet_defaults(str(path))
+    path.write_text("sglang_server_port: 30000\n")
+    with pytest.raises(AnsibleFilterError, match="sglang_server_port: every setting there is named fleet_"):
+        fleet_defaults(str(path))
+
+
+def test_ports_that_clash_on_one_host_are_named():
+    assert fleet_problems("c", HOSTVARS) == []
+    hostvars = {"box": {"fleet_router_port": 30000, "fleet_router_prometheus_port": 70000}}
+    assert fleet_problems("box", hostvars) == [
+        "fleet_server_port and fleet_router_port are both 30000: give each its own port",
+        "fleet_router_prometheus_port is 70000, not a port (1-65535)"]
+    assert fleet_problems("box", {"box": {"fleet_server_port": "http"}}) == ["fleet_server_port is 'http', not a port"]
+
+
+def test_every_pip_run_gets_the_fleet_s_index_wheelhouse_and_proxy():
+    hostvars = {"h": {"fleet_pip_find_links": ["/srv/wheels"], "fleet_pip_no_index": "true",
+                      "fleet_pip_extra_index_urls": ["https://mirror/a", "https://mirror/b"],
+                      "fleet_pip_env": {"PIP_TIMEOUT": "60"}, "fleet_proxy_env": {"https_proxy": "http://proxy:3128"}}}
+    assert fleet_pip_environment("h", hostvars) == {
+        "https_proxy": "http://proxy:3128", "PIP_TIMEOUT": "60", "PIP_EXTRA_INDEX_URL": "https://mirror/a https://mirror/b",
+        "PIP_FIND_LINKS": "/srv/wheels", "PIP_NO_INDEX": "1"}
+    assert fleet_pip_environment("c", HOSTVARS) == {}
+
+
+def test_no_role_keeps_a_copy_of_another_role_s_setting():
+    """What two roles read has one home: no role reads a fleet setting under an older name, or falls
+    back to a copy of another role's default through hostvars."""
+    old = re.compile(r"\b(sglang_server_(host|port|advertise_host|dist_init_port|install_root)|"
+                     r"sglang_router_(host|port|prometheus_host|prometheus_port|pip_\w+|proxy_env)|"
+                     r"sglang_install_root|sglang_pip_\w+|sglang_proxy_env|flash_attn_pip_\w+|"
+                     r"cuda_toolkit_proxy_env|fleet_monitoring_proxy_env|sglang_model_proxy_env)\b")
+    copies = re.compile(r"hostvars\[[^\]]+\]\.\w+ \| default\(")
+    found = []
+    for path in sorted((ROOT / "roles").rglob("*")):
+        if path.suffix in (".yml", ".j2") and path.is_file():
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if old.search(line) or (copies.search(line) and "api_key" not in line):
+                    found.append("%s:%d: %s" % (path.relative_to(ROOT), number, line.strip()))
+    assert found == []
+
+
+def test_every_role_that_reads_a_fleet_setting_depends_on_the_fleet_role():
+    names = set(fleet_defaults())
+    for role in sorted(p for p in (ROOT / "roles").iterdir() if p.name != "fleet"):
+        text = "\n".join(p.read_text() for p in role.rglob("*.yml") if "meta" not in p.parts)
+        reads = {name for name in names if re.search(r"\b%s\b" % name, text)}
+        deps = yaml.safe_load((role / "meta/main.yml").read_text()).get("dependencies") or []
+        assert not reads or {"role": "fleet"} in [d if isinstance(d, dict) else {"role": d} for d in deps], \
+            (role.name, sorted(reads))
+
+
+def test_the_module_reads_the_defaults_once():
+    fleet_layer._defaults = None
+    first = fleet_defaults()
+    assert fleet_defaults() is first
