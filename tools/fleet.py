@@ -203,6 +203,25 @@ def describe_monitoring(status: dict) -> str:
                                                       " (down: %s)" % ", ".join(down) if down else "")
 
 
+def describe_server(facts: dict) -> str:
+    """The server stage's finding (sglang_server_state, with sglang_server_group for a rank >= 1), in words."""
+    state = facts.get("sglang_server_state")
+    if not state:
+        return "-"
+    group = facts.get("sglang_server_group") or {}
+    prefix = ("rank %s of %s, gated through %s: " % (group.get("rank"), group.get("name"), state.get("rank0"))
+              if group and group.get("rank") not in (0, "0") else "")
+    gate = state.get("gate")
+    if gate == "passed":
+        return prefix + "healthy, known answer right (%ss)" % state.get("waited")
+    if gate == "rolled-back":
+        passes = state.get("serving_passes") in (True, "True", "true")
+        return prefix + "rolled back to %s%s" % (state.get("serving"), "" if passes else ", which fails its gate too")
+    if gate == "not-checked":
+        return prefix + "not checked (check mode)"
+    return prefix + str(gate)
+
+
 def describe_models(facts: dict) -> str:
     """'fetched 1, verified 1': what the model stage found or did, per model."""
     models = facts.get("sglang_model_report")
@@ -224,8 +243,8 @@ def report(run: PlaybookRun) -> str:
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
                      str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f), describe_accept(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
-                     str(f.get("sglang_verify_status") or f.get("sglang_server_status")
-                         or f.get("sglang_router_status", "-"))))
+                     str(f.get("sglang_verify_status") or (describe_server(f) if f.get("sglang_server_state") else
+                                                           f.get("sglang_router_status", "-")))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]

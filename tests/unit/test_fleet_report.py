@@ -8,7 +8,7 @@ FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server E
          "sglang_patches_report": {"sglang_version": "0.5.9", "patches": [{"status": "applied"}] * 4
                                    + [{"status": "upstream"}]},
          "flash_attn_action": "installed from cache", "flash_attn_version_installed": "2.8.3+build.ddabe0ba14fe",
-         "sglang_server_status": "healthy, known answer right (41.2s)",
+         "sglang_server_state": {"gate": "passed", "waited": 41.2, "rank0": "gpu-1"},
          "sglang_model_report": [{"repo_id": "nvidia/Kimi-K2.5-NVFP4", "state": "verified", "problems": {}},
                                  {"repo_id": "lightseekorg/kimi-k2.5-eagle3", "state": "verified", "problems": {}}],
          "sglang_server_fusion": {"enabled": True, "switch": "auto", "selftest": "pass", "speedup": 1.43,
@@ -93,7 +93,8 @@ def test_a_repaired_model_file_is_named_with_where_it_came_from():
 
 def test_a_rolled_back_host_names_the_install_it_serves_and_says_the_gate_s_finding_once():
     gate = "sglang failed its health gate: /health did not answer 200 within 15s"
-    facts = dict(FACTS, sglang_install_id="0.5.9-9559f4d77ef0", sglang_server_status="rolled back to 0.5.9-39c3fe05c641")
+    facts = dict(FACTS, sglang_install_id="0.5.9-9559f4d77ef0", sglang_server_state={
+        "gate": "rolled-back", "serving": "0.5.9-39c3fe05c641", "serving_passes": True, "rank0": "gpu-1"})
     text = report(PlaybookRun("site.yml", ["x"], "failed", 2, {"gpu-1": HostResult(ok=80, failed=1, facts=facts, failures=[
         {"task": "The server passes its health gate", "msg": gate},
         {"task": "The host fails, saying what failed and what serves now",
@@ -110,10 +111,10 @@ def test_a_rolled_back_host_names_the_install_it_serves_and_says_the_gate_s_find
 def test_the_router_its_workers_and_a_multi_node_group_as_one_server():
     group = {"name": "tp_a", "ranks": ["gpu-2", "gpu-3"]}
     run = PlaybookRun("site.yml", ["inventory/lab"], "successful", 0, {
-        "gpu-1": HostResult(ok=40, facts={"sglang_server_status": "healthy, known answer right (2.1s)"}),
-        "gpu-2": HostResult(ok=40, facts={"sglang_server_status": "healthy, known answer right (2.1s)",
+        "gpu-1": HostResult(ok=40, facts={"sglang_server_state": {"gate": "passed", "waited": 2.1, "rank0": "gpu-1"}}),
+        "gpu-2": HostResult(ok=40, facts={"sglang_server_state": {"gate": "passed", "waited": 2.1, "rank0": "gpu-2"},
                                           "sglang_server_group": dict(group, rank=0)}),
-        "gpu-3": HostResult(ok=40, facts={"sglang_server_status": "rank 1 of tp_a, gated through gpu-2: healthy",
+        "gpu-3": HostResult(ok=40, facts={"sglang_server_state": {"gate": "passed", "waited": 2.1, "rank0": "gpu-2"},
                                           "sglang_server_group": dict(group, rank=1)}),
         "localhost": HostResult(ok=2),  # the rollout plan: no row, not counted
         "router-1": HostResult(ok=16, facts={
@@ -126,6 +127,9 @@ def test_the_router_its_workers_and_a_multi_node_group_as_one_server():
     assert "Fleet report: site.yml, 4 host(s), successful" in text and "localhost" not in text
     assert "4 host(s) ok, 0 failed" in text
     assert "  i tp_a: one server of 2 ranks, gpu-2 (rank 0), gpu-3 (rank 1)" in text
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("  gpu-")}
+    assert rows["gpu-2"].endswith("healthy, known answer right (2.1s)")
+    assert rows["gpu-3"].endswith("rank 1 of tp_a, gated through gpu-2: healthy, known answer right (2.1s)")
     assert "  i router-1: router worker gpu-1 at http://10.0.0.1:30000: out" in text
     assert "  i router-1: router worker tp_a (gpu-2, gpu-3) at http://10.0.0.2:30000: in, healthy" in text
     assert [line for line in text.splitlines() if line.startswith("  router-1")][0].endswith(
@@ -160,3 +164,12 @@ def test_a_failed_loop_is_reported_with_its_failed_item_s_reason_not_ansible_s_s
         "gpu-2 does not fit the GPU profile: GPU count")
     assert failure_message({"failed": True, "msg": "One or more items failed", "results": [{"failed": True}]}) == (
         "One or more items failed")
+
+
+def test_the_server_s_finding_in_words_from_the_facts_the_role_sets():
+    from fleet import describe_server
+    assert describe_server({}) == "-"
+    assert describe_server({"sglang_server_state": {"gate": "not-checked", "waited": 0.0, "rank0": "a"}}) == \
+        "not checked (check mode)"
+    assert describe_server({"sglang_server_state": {"gate": "rolled-back", "serving": "0.5.9-1", "serving_passes": "False",
+                                                    "rank0": "a"}}) == "rolled back to 0.5.9-1, which fails its gate too"

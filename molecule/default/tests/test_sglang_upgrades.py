@@ -8,7 +8,7 @@ import os
 import shlex
 from pathlib import Path
 
-from fleet import report, run_playbook
+from fleet import describe_server, report, run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
@@ -80,7 +80,7 @@ def test_an_upgrade_is_checked_then_built_beside_the_install_in_service_and_swit
     run = run_playbook(SITE, INVENTORY, tags=STAGES, limit=NODES[0], extravars=RELEASE_2)
     facts = run.hosts[NODES[0]].facts
     assert run.rc == 0 and facts["sglang_install_id"] == release_2
-    assert facts["sglang_server_status"].startswith("healthy, known answer right")
+    assert facts["sglang_server_state"]["gate"] == "passed"
     assert links(first) == {"current": "venvs/" + release_2, "previous": "venvs/" + release_1}
     assert installs(first) == before | {release_2}
     # The new install was patched before it served; the one in service was never written.
@@ -101,7 +101,8 @@ def test_a_failing_upgrade_rolls_back_by_itself_and_stops_the_rollout(host):
     result = run.hosts[NODES[0]]
     release_3 = result.facts["sglang_install_id"]
     assert run.rc != 0 and result.failed == 1 and release_3 not in (release_1, release_2)
-    assert result.facts["sglang_server_status"] == "rolled back to " + release_2
+    assert result.facts["sglang_server_state"]["gate"] == "rolled-back"
+    assert describe_server(result.facts) == "rolled back to " + release_2
     message = result.failures[-1]["msg"]
     assert message.startswith("%s: install %s failed its health gate and was rolled back: serving the previous "
                               "install, %s, again (healthy, known answer right in " % (NODES[0], release_3, release_2))
@@ -187,4 +188,4 @@ def test_a_host_from_before_versioned_installs_is_taken_over_without_a_reinstall
     assert installs(second) == {release_1} and links(second)["current"] == "venvs/" + release_1
     assert second.file("/opt/sglang/venv").linked_to == "/opt/sglang/venvs/" + release_1
     assert "ExecStart=/opt/sglang/current/bin/python" in second.file(UNIT).content_string
-    assert result.facts["sglang_server_status"].startswith("healthy") and known_answer(second, 1) == "42"
+    assert result.facts["sglang_server_state"]["gate"] == "passed" and known_answer(second, 1) == "42"
