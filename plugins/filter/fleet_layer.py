@@ -46,7 +46,7 @@ _value:
   description:
     - C(units), in rollout order, each with C(name), C(rank0), C(ranks), C(worker_url) (where a router
       reaches rank 0), C(dist_init_addr) (C(<rank 0's address>:<port>), for a multi-node group only,
-      else empty).
+      else empty), C(model) (the name it serves the model under, as a router lists it).
     - C(worker_urls), one a unit; C(rank0), each server host's rank 0.
     - C(routers), per router host, C(url) (its API, as called on its own host) and C(metrics) (its
       exporter, as another host scrapes it).
@@ -138,7 +138,8 @@ def fleet_topology(hosts, hostvars, groups, routers=()):
         unit = dict(unit,
                     worker_url=http_url(settings["fleet_server_host"], settings["fleet_server_port"], advertised),
                     dist_init_addr=("%s:%s" % (advertised, settings["fleet_server_dist_init_port"])
-                                    if len(unit["ranks"]) > 1 else ""))
+                                    if len(unit["ranks"]) > 1 else ""),
+                    model=settings["fleet_served_model_name"] or settings["fleet_model_dir"])
         units.append(unit)
         rank0.update({rank: unit["rank0"] for rank in unit["ranks"]})
     return {"units": units, "worker_urls": [unit["worker_url"] for unit in units], "rank0": rank0,

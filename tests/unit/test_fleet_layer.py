@@ -120,3 +120,11 @@ def test_the_module_reads_the_defaults_once():
     fleet_layer._defaults = None
     first = fleet_defaults()
     assert fleet_defaults() is first
+
+
+def test_each_unit_names_the_model_it_serves_as_the_router_lists_it():
+    hostvars = dict(HOSTVARS, a=dict(HOSTVARS["a"], fleet_served_model_name="kimi-k2.5"),
+                    c=dict(fleet_model_dir="/models/lab-org/Kimi-K2.5-NVFP4-lab"))
+    found = fleet_topology(["a", "b0", "b1", "c"], hostvars, GROUPS)
+    assert [u["model"] for u in found["units"]] == ["kimi-k2.5", "/models/nvidia/Kimi-K2.5-NVFP4",
+                                                    "/models/lab-org/Kimi-K2.5-NVFP4-lab"]

@@ -140,7 +140,7 @@ def test_a_rerun_restarts_nothing_and_does_not_log_the_secret(host):  # host: ru
     ({"sglang_server_quantization": "modelopt_fp4"}, "--speculative-draft-model-quantization unquant"),
     ({"sglang_server_speculative_eagle_topk": 4}, "SGLANG_ENABLE_SPEC_V2 needs --speculative-eagle-topk 1, not 4"),
     ({"sglang_server_tp": 4}, "--tp 4 does not match 8 GPU(s) x 1 node(s)"),
-    ({"sglang_server_draft_model_path": "/models/nowhere"}, "missing on the host: /models/nowhere"),
+    ({"fleet_draft_model_dir": "/models/nowhere"}, "missing on the host: /models/nowhere"),
 ])
 def test_guard_rails_fail_before_the_unit_is_touched(host, extravars, expected):
     before = host.file(UNIT).content_string
@@ -177,7 +177,7 @@ def fusion_facts(run, node=NODES[0]):
 def test_the_converged_server_runs_fusion_after_a_passing_self_test_that_a_rerun_reads_from_cache(host):
     node = nodes(host)[0]
     assert "--enable-flashinfer-allreduce-fusion" in node.file(UNIT).content_string
-    decision = json.loads(node.file("/etc/sglang/allreduce-fusion.json").content_string)
+    decision = json.loads(node.file("/etc/ansible/facts.d/sglang_server_fusion.fact").content_string)
     assert decision["enabled"] is True and decision["selftest"] == "pass"
     cached = node.check_output("ls /var/lib/sglang-fleet/fusion-selftest").split()
     run = run_playbook(SERVER, INVENTORY, limit=NODES[0])

@@ -165,7 +165,7 @@ MAKE_LEGACY = r"""set -e
 cd /opt/sglang
 id=$(readlink current | cut -d/ -f2)
 for other in venvs/*; do [ "$other" = "venvs/$id" ] || rm -rf "$other"; done
-rm -f current previous venv /etc/sglang/install.json "venvs/$id/.sglang-fleet-install.json"
+rm -f current previous venv /etc/ansible/facts.d/sglang.fact "venvs/$id/.sglang-fleet-install.json"
 mv "venvs/$id" venv && rmdir venvs
 grep -rl "/opt/sglang/venvs/$id" venv/bin venv/pyvenv.cfg | xargs -r sed -i "s|/opt/sglang/venvs/$id|/opt/sglang/venv|g"
 sed -i 's|/opt/sglang/current/bin|/opt/sglang/venv/bin|g' /etc/systemd/system/sglang.service
