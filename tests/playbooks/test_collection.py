@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+import build_collection
 from conftest import ROOT
 from fleet import run_playbook
 
@@ -134,3 +135,28 @@ def test_the_patch_set_the_collection_hashes_is_the_repositorys(installed_collec
     probe = (installed_collection.root / "plugins/modules/sglang_patch_probe.py").read_text()
     assert probe != (ROOT / "plugins/modules/sglang_patch_probe.py").read_text()  # the hash did see a rewritten file
 
+
+def test_ansible_test_sanity_passes_on_the_built_collection_offline(tmp_path):
+    """validate-modules, ansible-doc, import, compile, yamllint... in the environments bin/setup made
+    (tools/collection_sanity.py prime); they install nothing, and pip reaches no index."""
+    import collection_sanity
+    tree = build_collection.build(tmp_path)
+    run = collection_sanity.ansible_test(tree)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ran = [line.split('"')[1] for line in run.stdout.splitlines() if line.startswith('Running sanity test "')]
+    assert sorted(ran) == sorted(collection_sanity.TESTS)
+    assert "Installing requirements" not in run.stdout + run.stderr  # bin/setup made them
+
+
+def test_validate_modules_fails_a_module_whose_docs_leave_out_an_option(tmp_path):
+    import collection_sanity
+    tree = build_collection.build(tmp_path)
+    module = tree / "plugins/modules/path_free_space.py"
+    text = module.read_text()
+    start = text.index("  present:\n")
+    module.write_text(text[:start] + text[text.index("\nattributes:", start) + 1:])
+    run = collection_sanity.ansible_test(tree, "--test", "validate-modules", "plugins/modules/path_free_space.py",
+                                         tests=())
+    assert run.returncode != 0
+    assert "plugins/modules/path_free_space.py:0:0: undocumented-parameter: Argument 'present' is listed in the " \
+           "argument_spec, but not documented in the module documentation" in run.stdout + run.stderr
