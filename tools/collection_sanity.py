@@ -81,7 +81,8 @@ def requirement_files() -> list[Path]:
 def wheelhouse() -> None:
     """The wheels of every pinned requirement, and of the pip ansible-test bootstraps, in WHEELS; the
     pip.conf that makes ansible-test's environments install from there alone."""
-    want = hashlib.sha256("\n".join([pip_version(), *(p.read_text() for p in requirement_files())]).encode()).hexdigest()
+    pinned = "\n".join([pip_version(), *(path.read_text() for path in requirement_files())])
+    want = hashlib.sha256(pinned.encode()).hexdigest()
     stamp = WHEELS / ".requirements.sha256"
     if stamp.is_file() and stamp.read_text() == want:
         return  # made from these very pins: nothing to fetch

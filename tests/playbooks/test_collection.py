@@ -91,7 +91,8 @@ def rendered_unit(tmp_path, roles, env):
     (tmp_path / "roles").symlink_to(roles)
     out = tmp_path / "out"
     out.mkdir()
-    run = run_playbook(here / "render_unit.yml", local_inventory(tmp_path, routers=False), extravars={"render_dir": str(out)},
+    run = run_playbook(here / "render_unit.yml", local_inventory(tmp_path, routers=False),
+                       extravars={"render_dir": str(out)},
                        env={"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"), **env})
     assert run.rc == 0, run.failure_summary
     return {p.name: p.read_text() for p in out.iterdir()}
@@ -142,7 +143,8 @@ def test_ansible_test_sanity_passes_on_the_built_collection_offline(tmp_path):
     import collection_sanity
     tree = build_collection.build(tmp_path)
     run = collection_sanity.ansible_test(tree)
-    assert run.returncode == 0, run.stdout + run.stderr
+    hint = "\n(bin/setup makes the environments: tools/collection_sanity.py prime)"
+    assert run.returncode == 0, run.stdout + run.stderr + hint
     ran = [line.split('"')[1] for line in run.stdout.splitlines() if line.startswith('Running sanity test "')]
     assert sorted(ran) == sorted(collection_sanity.TESTS)
     assert "Installing requirements" not in run.stdout + run.stderr  # bin/setup made them
