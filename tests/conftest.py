@@ -75,3 +75,42 @@ def inserted(entry, block):
     anchor = entry["insertafter"] or entry["insertbefore"]
     at = find_anchor("".join(lines), anchor)[0] - (0 if entry["insertafter"] else 1)
     return "".join(lines[:at]) + block + "".join(lines[at:])
+
+
+class InstalledCollection:
+    """The collection as a user gets it: tools/build_collection.py, `ansible-galaxy collection build`,
+    `ansible-galaxy collection install -p` into a temporary path. env runs ansible from it alone: an
+    ansible.cfg that is the repository's less its roles, library, module_utils and filter paths."""
+
+    def __init__(self, base):
+        import configparser
+        import subprocess
+        import build_collection
+        self.meta = build_collection.galaxy()
+        self.fqcn = "%(namespace)s.%(name)s" % self.meta
+        self.built = build_collection.build(base / "build")
+        self.tarball = build_collection.tarball(self.built, base / "dist")
+        self.path = base / "installed"
+        subprocess.run([str(Path(sys.executable).with_name("ansible-galaxy")), "collection", "install", "--no-deps",
+                        "-p", str(self.path), str(self.tarball)], check=True, capture_output=True, text=True)
+        self.root = self.path / "ansible_collections" / self.meta["namespace"] / self.meta["name"]
+        config = configparser.ConfigParser(interpolation=None)
+        config.read(ROOT / "ansible.cfg")
+        for key in ("roles_path", "library", "module_utils", "filter_plugins"):
+            config.remove_option("defaults", key)
+        config.set("defaults", "collections_path", str(self.path))
+        config.set("defaults", "fact_caching_connection", str(base / "facts"))
+        self.config = base / "ansible.cfg"
+        with open(self.config, "w") as out:
+            config.write(out)
+        # Over anything the caller's environment points at the repository: an empty folder.
+        empty = base / "empty"
+        empty.mkdir()
+        self.env = {"ANSIBLE_CONFIG": str(self.config), "ANSIBLE_COLLECTIONS_PATH": str(self.path),
+                    **{key: str(empty) for key in ("ANSIBLE_ROLES_PATH", "ANSIBLE_LIBRARY", "ANSIBLE_MODULE_UTILS",
+                                                   "ANSIBLE_FILTER_PLUGINS")}}
+
+
+@pytest.fixture(scope="session")
+def installed_collection(tmp_path_factory):
+    return InstalledCollection(tmp_path_factory.mktemp("collection"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -27,6 +28,7 @@ import ansible_runner
 ROOT = Path(__file__).resolve().parents[1]
 # Facts set by the roles for the roles after them; the report shows these.
 FACT_PREFIXES = ("gpu_preflight_", "cuda_toolkit_", "flash_attn_", "sglang_", "fleet_monitoring_")
+COLLECTION_PLAYBOOK = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
 STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
 
 
@@ -41,6 +43,7 @@ class HostResult:
     failures: list = field(default_factory=list)
     changed_tasks: list = field(default_factory=list)
     results: list = field(default_factory=list)  # (task name, result) of every task that ran, in order
+    actions: list = field(default_factory=list)  # the module or action each of those ran, by full name
 
 
 @dataclass
@@ -75,10 +78,13 @@ def failure_message(res: dict) -> str:
 
 def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | list, *, tags: str | None = None,
                  limit: str | None = None, check: bool = False, diff: bool = False,
-                 extravars: dict | None = None, quiet: bool = True, extra_args: list | tuple = ()) -> PlaybookRun:
+                 extravars: dict | None = None, quiet: bool = True, extra_args: list | tuple = (),
+                 env: dict | None = None) -> PlaybookRun:
     """Run one playbook with ansible-runner and collect per-host stats, facts and failures.
 
-    extra_args: ansible-playbook options, passed on unchanged (a raw command line to ansible-runner)."""
+    playbook: a path, or an installed collection's playbook by name (sglang_fleet.fleet.site).
+    extra_args: ansible-playbook options, passed on unchanged (a raw command line to ansible-runner).
+    env: environment for ansible-playbook over the defaults (ANSIBLE_CONFIG: the repository's ansible.cfg)."""
     inventories = [str(Path(i).resolve()) for i in (inventory if isinstance(inventory, list) else [inventory])]
     cmdline = []
     for inv in inventories[1:]:
@@ -93,13 +99,16 @@ def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | lis
         cmdline.append("--diff")
     cmdline += list(extra_args)
     private = tempfile.mkdtemp(prefix="fleet-run-")
+    by_name = isinstance(playbook, str) and COLLECTION_PLAYBOOK.fullmatch(playbook) and not Path(playbook).exists()
     try:
         runner = ansible_runner.run(
-            private_data_dir=private, project_dir=str(ROOT), playbook=str(Path(playbook).resolve()),
+            private_data_dir=private, project_dir=str(ROOT),
+            playbook=playbook if by_name else str(Path(playbook).resolve()),
             inventory=inventories[0], cmdline=shlex.join(cmdline) or None, extravars=extravars or {},
             envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
                      # the ansible-playbook of the Python running this (the project's .venv)
-                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])},
+                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+                     **(env or {})},
             quiet=quiet, settings={"suppress_env_files": True},
             fact_cache_type="")  # keep ansible.cfg's own fact cache, shared with plain CLI runs
         hosts: dict[str, HostResult] = {}
@@ -117,6 +126,7 @@ def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | lis
                 if res.get("changed"):
                     result.changed_tasks.append(data.get("task"))
                 result.results.append((data.get("task"), res))
+                result.actions.append(data.get("resolved_action") or data.get("task_action"))
             elif event["event"] in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
                 result.failures.append({"task": data.get("task"), "msg": failure_message(res)})
         stats = runner.stats or {}

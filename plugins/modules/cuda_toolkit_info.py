@@ -29,10 +29,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: In check mode it reports what it would change, and changes nothing.
   diff_mode:
     support: none
+    description: It returns no diff.
 author:
-  - sglang-fleet maintainers
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

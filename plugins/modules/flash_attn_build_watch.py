@@ -34,7 +34,8 @@ options:
     description: Lines of the log to return.
     type: int
     default: 40
-author: sglang-fleet
+author:
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

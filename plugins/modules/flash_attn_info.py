@@ -23,7 +23,8 @@ options:
     description: The CUDA toolkit whose C(bin/nvcc) compiles it.
     type: path
     required: true
-author: sglang-fleet
+author:
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -78,7 +78,8 @@ options:
     description: Seconds to wait for a connection or a read.
     type: int
     default: 60
-author: sglang-fleet
+author:
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

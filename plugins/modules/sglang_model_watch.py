@@ -31,7 +31,8 @@ options:
     description: What the job is, for the messages, e.g. C(the fetch of nvidia/Kimi-K2.5-NVFP4).
     type: str
     default: the background job
-author: sglang-fleet
+author:
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

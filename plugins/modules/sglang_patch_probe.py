@@ -63,10 +63,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: In check mode it reports what it would change, and changes nothing.
   diff_mode:
     support: none
+    description: It returns no diff.
 author:
-  - sglang-fleet maintainers
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -245,7 +247,8 @@ def main():
         argument_spec={
             "site_packages": {"type": "path", "required": True},
             "patches": {"type": "list", "elements": "str", "default": list(ALL_PATCHES)},
-            "symm_mem_max_sizes_mib": {"type": "dict", "default": {2: 64, 4: 64, 6: 128, 8: 128}},
+            # string keys, as the role's value arrives (module arguments travel as JSON)
+            "symm_mem_max_sizes_mib": {"type": "dict", "default": {"2": 64, "4": 64, "6": 128, "8": 128}},
             "multimem_world_sizes": {"type": "list", "elements": "int", "default": []},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "mode": {"type": "str", "choices": ["plan", "verify"], "default": "plan"},

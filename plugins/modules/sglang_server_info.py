@@ -29,7 +29,8 @@ options:
     description: Seconds to wait for the answer.
     type: int
     default: 30
-author: sglang-fleet
+author:
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -84,6 +84,19 @@ def test_two_nodes_pass_the_preflight_then_rerun_changes_nothing(fleet):
     assert "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (cc 12.0)  120    580.95.05" in text
 
 
+def test_the_installed_collections_site_reruns_the_preflight_with_nothing_to_change(fleet, installed_collection):
+    """sglang_fleet.fleet.site from the collection installed with -p, without the repository's roles or
+    plugin paths: its stage imports, its roles' modules and filters by short name, over the same fleet."""
+    run = run_playbook("sglang_fleet.fleet.site", fleet, tags="preflight", env=installed_collection.env)
+    assert run.rc == 0 and run.changed == 0, report(run)
+    assert sorted(run.hosts) == ["labtest-gpu-1", "labtest-gpu-2"]
+    assert "2 host(s) ok, 0 failed; 0 change(s) in all" in report(run)
+    # The preflight's own modules ran as the collection's.
+    actions = set(run.hosts["labtest-gpu-1"].actions)
+    assert {"sglang_fleet.fleet.nvidia_gpu_info", "sglang_fleet.fleet.path_free_space"} <= actions, actions
+    assert int(run.hosts["labtest-gpu-1"].facts["gpu_preflight_gpu_count"]) == 8
+
+
 def test_down_removes_the_containers(fleet):
     names = labctl.inventory_hosts(fleet)
     labctl.down(fleet)
