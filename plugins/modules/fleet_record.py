@@ -44,10 +44,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: In check mode it reports what it would write or remove, and changes nothing.
   diff_mode:
     support: full
+    description: It returns the record before and after a write.
 author:
-  - sglang-fleet maintainers
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
