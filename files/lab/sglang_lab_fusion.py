@@ -9,7 +9,9 @@ faster, or slower, than sglang's unfused path)}. fail returns an error far beyon
 as flashinfer's JIT does on a real host whose PATH lacks the venv's bin
 (tests/fixtures/hosts/h200x2-driver580/). Like flashinfer's JIT, it leaves its build under the
 running user's ~/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE if set), so the tests see whose
-cache the self-test fills.
+cache the self-test fills. Like NCCL and torch, each rank pins itself to its CPUs (sched_setaffinity,
+in @resources, which the server unit's SystemCallFilter= keeps for that reason): a hardening line that
+kills it kills the fixture as it would a real rank, and the self-test's verdict must name it.
 """
 import json
 import os
@@ -28,6 +30,7 @@ def leave_jit_build():
 
 
 def run(rank, world_size, settings):
+    os.sched_setaffinity(0, os.sched_getaffinity(0))  # as NCCL pins its threads to the GPU's CPUs
     if rank == 0:
         leave_jit_build()
     try:

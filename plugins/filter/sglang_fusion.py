@@ -40,7 +40,12 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8
     decision = {"switch": switch, "selftest": status, "speedup": speedup, "min_speedup": float(min_speedup),
                 "enabled": False, "cause": "", "reason": "", "refusal": ""}
 
+    # Where systemd does not run the host, the self-test ran outside the server's sandbox: say so.
+    where = (selftest or {}).get("sandbox") or {}
+    outside = " (%s)" % where["why"] if where.get("why") and not where.get("sandboxed") else ""
+
     def off(cause, reason):  # served without fusion; an `on` that meets this is refused instead
+        reason += "" if cause == "capture" else outside  # the capture is the install's, not the self-test's
         return dict(decision, cause=cause, reason=reason, refusal=reason if switch == "on" else "")
 
     if switch == "off":
@@ -55,8 +60,8 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8
     if switch == "on":
         if status not in ("pass", "single-gpu"):
             return off("selftest", "self-test %s: %s" % (status, selftest.get("reason", "")))
-        return dict(decision, enabled=True, cause="switched-on", reason="switched on; self-test %s%s" % (
-            status, ", %.2fx at decode" % speedup if speedup is not None else ""))
+        return dict(decision, enabled=True, cause="switched-on", reason="switched on; self-test %s%s%s" % (
+            status, ", %.2fx at decode" % speedup if speedup is not None else "", outside))
     if status != "pass":
         return off("selftest", "self-test %s: %s" % (status, selftest.get("reason", "")))
     if speedup is None:
@@ -64,7 +69,7 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8
     if speedup < min_speedup:
         return off("slower", "self-test pass, not faster: %.2fx at decode (%s tokens), %.2fx needed "
                    "(sglang_server_fusion_min_speedup)" % (speedup, ", ".join(map(str, decode_tokens)), min_speedup))
-    return dict(decision, enabled=True, cause="faster", reason="self-test pass, %.2fx faster at decode" % speedup)
+    return dict(decision, enabled=True, cause="faster", reason="self-test pass, %.2fx faster at decode%s" % (speedup, outside))
 
 
 class FilterModule:

@@ -117,3 +117,69 @@ def test_the_real_2xh200_measurement_passes_and_a_doubled_error_would_not():
 def test_bad_settings_are_refused():
     out = subprocess.run([sys.executable, str(SCRIPT), "--tokens", "4096"], capture_output=True, text=True)
     assert out.returncode == 2 and "token counts must lie in 1..--max-tokens" in out.stderr
+
+
+# A rank under a real seccomp filter that kills sched_setaffinity (x86_64: 203), as the server unit's
+# SystemCallFilter= would with ~@resources added; then the lab fixture, which pins itself as NCCL does.
+SECCOMP_WORKER = '''
+import ctypes, os
+import sglang_lab_fusion
+
+class Filter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+class Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+def run(rank, world_size, settings):
+    if rank == int(os.environ.get("DENIED_RANK", "1")):
+        code = (Filter * 4)((0x20, 0, 0, 0), (0x15, 0, 1, 203), (0x06, 0, 0, 0x80000000), (0x06, 0, 0, 0x7fff0000))
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+        assert libc.prctl(22, 2, ctypes.byref(Program(4, code)), 0, 0) == 0, ctypes.get_errno()  # SECCOMP_MODE_FILTER
+    return sglang_lab_fusion.run(rank, world_size, settings)
+'''
+DENIED_WORKER = '''
+import errno, os
+def run(rank, world_size, settings):
+    raise OSError(int(os.environ["DENIED_ERRNO"]), os.strerror(int(os.environ["DENIED_ERRNO"])), "/dev/nvidia0")
+'''
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the filter's system call number is x86_64's")
+def test_a_rank_the_seccomp_filter_kills_is_an_error_that_is_not_cached(host, tmp_path):
+    (tmp_path / "seccomp_worker.py").write_text(SECCOMP_WORKER)
+    env = dict(host(gpus=2), PYTHONPATH="%s:%s" % (tmp_path, ROOT / "files/lab"))
+    out = subprocess.run([sys.executable, str(SCRIPT), "--worker", "seccomp_worker", "--cache-dir",
+                          str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=120)
+    result = json.loads(out.stdout)
+    assert result["status"] == "error" and result["reason"].startswith(
+        "rank 1 was killed by SIGSYS: a system call it made is one this process's seccomp filter kills (not a "
+        "verdict on its GPUs, and not cached)")
+    assert not (tmp_path / "cache").exists() or list((tmp_path / "cache").iterdir()) == []
+
+
+@pytest.mark.parametrize("number", [1, 30, 97])  # EPERM (a device cgroup), EROFS, EAFNOSUPPORT
+def test_a_rank_the_sandbox_refuses_is_an_error_with_the_refusal(host, tmp_path, number):
+    (tmp_path / "denied_worker.py").write_text(DENIED_WORKER)
+    env = dict(host(gpus=2), PYTHONPATH=str(tmp_path), DENIED_ERRNO=str(number))
+    out = subprocess.run([sys.executable, str(SCRIPT), "--worker", "denied_worker", "--cache-dir",
+                          str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=120)
+    result = json.loads(out.stdout)
+    assert result["status"] == "error" and "[Errno %d] %s: '/dev/nvidia0'" % (number, os.strerror(number)) \
+        in result["reason"]
+    assert not (tmp_path / "cache").exists() or list((tmp_path / "cache").iterdir()) == []
+
+
+def test_the_result_says_what_the_process_ran_under_and_the_sandbox_is_part_of_the_key(host, tmp_path):
+    env = host(gpus=2)
+    plain = selftest(env, "--cache-dir", str(tmp_path / "c"))
+    process = plain["process"]
+    with open("/proc/self/status") as handle:
+        mine = dict(line.split(":\t", 1) for line in handle.read().splitlines() if ":\t" in line)
+    assert process["uid"] == os.getuid() and process["NoNewPrivs"] == mine["NoNewPrivs"].strip()
+    assert process["Seccomp"] == mine["Seccomp"].strip() and process["cgroup"]
+    hardened = selftest(env, "--cache-dir", str(tmp_path / "c"), "--sandbox=SystemCallFilter=@system-service",
+                        "--sandbox=SystemCallFilter=~@privileged")
+    assert hardened["key"] != plain["key"] and hardened["cached"] is False
+    assert hardened["settings"]["sandbox"] == ["SystemCallFilter=@system-service", "SystemCallFilter=~@privileged"]

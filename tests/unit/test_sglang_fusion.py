@@ -80,3 +80,17 @@ def test_without_the_guard_an_unpatched_capture_does_not_stop_fusion():
     """The bench's fusion A/B measures what the defect costs: it needs the fused server to run."""
     d = fusion_decision("on", selftest(), 1.05, [1, 8, 64], True, 8, "apply", capture_guard=False)
     assert d["enabled"] and not d["refusal"]
+
+
+def test_a_verdict_from_outside_the_sandbox_says_so_in_the_reason():
+    outside = {"sandboxed": False, "why": "systemd is not PID 1 here (no /run/systemd/system): the self-test ran "
+                                          "as the service user outside the server unit's sandbox"}
+    shapes = [{"tokens": t, "fused_us": 10.0, "unfused_us": 20.0} for t in (1, 8, 64)]
+    decision = fusion_decision("auto", {"status": "pass", "shapes": shapes, "sandbox": outside})
+    assert decision["enabled"] is True
+    assert decision["reason"] == "self-test pass, 2.00x faster at decode (%s)" % outside["why"]
+    failed = fusion_decision("on", {"status": "fail", "reason": "max error 0.75", "sandbox": outside})
+    assert failed["refusal"] == "self-test fail: max error 0.75 (%s)" % outside["why"]
+    inside = {"sandboxed": True, "why": "ran as a transient unit under the server unit's sandbox"}
+    assert fusion_decision("auto", {"status": "pass", "shapes": shapes, "sandbox": inside})["reason"] == \
+        "self-test pass, 2.00x faster at decode"

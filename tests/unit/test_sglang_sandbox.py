@@ -7,7 +7,7 @@ import pytest
 
 from ansible.module_utils.sglang_args import lint, read_flags
 from ansible.module_utils.sglang_sandbox import DIRECTIVE, problems
-from conftest import FIXTURES, H200, ROOT
+from conftest import FIXTURES, H200
 
 FILTER = FIXTURES / "syscall-filter"
 KILLED = {int(n): name for n, name in json.loads((FILTER / "killed-systemd-252-x86_64.json").read_text()).items()}
@@ -48,7 +48,9 @@ def test_the_filter_kills_pidfd_getfd_and_lets_pidfd_open_and_fd_passing_through
 
 
 def test_the_unit_has_the_filter_the_rules_were_read_against(tmp_path):
-    unit = (ROOT / "roles/sglang_server/templates/sglang.service.j2").read_text().splitlines()
+    """The unit as the role renders it (the H200 capture, which tests/unit/test_units_under_systemd.py holds to
+    the role's render; its sandbox comes from plugins/filter/systemd_sandbox.py)."""
+    unit = (H200 / "units-under-systemd/sglang.service").read_text().splitlines()
     lines = [line.split("=", 1)[1] for line in unit if line.startswith("SystemCallFilter=")]
     assert "SystemCallFilter=" + " ".join(lines) == DIRECTIVE
     assert "SystemCallArchitectures=native" in unit

@@ -84,6 +84,63 @@ def test_the_self_test_ran_as_the_service_user_and_left_its_jit_builds_to_the_se
     assert {node.file(verdicts.path + "/" + name).user for name in verdicts.listdir()} == {"sglang"}
 
 
+# The [Service] lines that are not the process's sandbox (tests/playbooks/test_selftest_sandbox.py).
+NOT_SANDBOX = {"Type", "User", "Group", "WorkingDirectory", "Environment", "ExecStart", "Restart", "RestartSec",
+               "TimeoutStartSec", "TimeoutStopSec", "KillMode"}
+
+
+def unit_sandbox(unit):
+    """The server unit's sandbox lines, as the node holds them."""
+    text = unit.split("[Service]\n", 1)[1].split("\n[Install]", 1)[0].replace("\\\n", "")
+    return [line for line in text.splitlines()
+            if line and not line.startswith("#") and line.split("=", 1)[0] not in NOT_SANDBOX]
+
+
+def test_the_self_test_ran_as_a_transient_unit_under_the_server_unit_s_own_sandbox(host):
+    """What the self-test saw of itself (the kernel's word: /proc/self/status and /proc/self/cgroup), in every
+    verdict the converge left, and the properties systemd-run gave it: the unit's own lines, in its order."""
+    node = nodes(host)[0]
+    sandbox = unit_sandbox(node.file(UNIT).content_string)
+    assert "SystemCallFilter=~@privileged" in sandbox and len(sandbox) == 29
+    folder = "/var/lib/sglang-fleet/fusion-selftest"
+    verdicts = [json.loads(node.file(folder + "/" + name).content_string) for name in node.file(folder).listdir()]
+    assert verdicts
+    for verdict in verdicts:
+        assert verdict["status"] == "pass"
+        process = verdict["process"]
+        assert (process["user"], process["unit"]) == ("sglang", "sglang-fusion-selftest.service")
+        assert process["cgroup"].endswith("/system.slice/sglang-fusion-selftest.service")
+        assert (process["NoNewPrivs"], process["Seccomp"], process["CapBnd"], process["Umask"]) == \
+            ("1", "2", "0000000000000000", "0027")
+        assert verdict["settings"]["sandbox"] == sandbox + ["ReadWritePaths=" + folder]
+    decision = json.loads(node.file("/etc/sglang/allreduce-fusion.json").content_string)
+    assert decision["reason"].startswith("self-test pass, ") and "outside" not in decision["reason"]
+    assert node.run("systemctl status sglang-fusion-selftest.service").rc == 4  # collected: no such unit left
+
+
+def test_a_hardening_line_that_breaks_the_self_test_is_an_error_naming_it_before_the_unit_changes(host):
+    """An operator's extra line, SystemCallFilter=~@resources, kills what pins threads to CPUs, as NCCL and the
+    lab's fixture do (sched_setaffinity): the self-test dies of SIGSYS in its transient unit, and the host stops
+    with the directive named before the server's unit takes the line."""
+    node = nodes(host)[0]
+    before = node.file(UNIT).content_string
+    folder = "/var/lib/sglang-fleet/fusion-selftest"
+    cached = node.check_output("ls %s" % folder).split()
+    run = run_playbook(SERVER, INVENTORY, limit=NODES[0],
+                       extravars={"sglang_server_allreduce_fusion": "on",
+                                  "sglang_server_hardening_extra": ["SystemCallFilter=~@resources"]})
+    result = run.hosts[NODES[0]]
+    assert run.rc != 0 and result.failed == 1
+    message = result.failures[0]["msg"]
+    assert ("sglang_server_allreduce_fusion is on, but self-test error: the server unit's sandbox stopped the "
+            "self-test, SystemCallArchitectures=native SystemCallFilter=@system-service SystemCallFilter=~@privileged "
+            "SystemCallFilter=~@resources (killed by SIGSYS: a system call the seccomp filter kills): SIGSYS; the "
+            "server would meet it at its start") in message, message
+    assert node.file(UNIT).content_string == before
+    assert node.check_output("ls %s" % folder).split() == cached  # an error is never cached
+    assert node.service("sglang").is_running
+
+
 def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
     """StartLimitBurst=3 an hour: after a crash loop systemd refuses every start until reset-failed."""
     node = nodes(host)[0]

@@ -17,14 +17,22 @@ cached result is returned without touching a GPU. Exit status 0 whatever the ver
 the caller decides; 2 only for bad usage. An error (the test could not run: a module that does not
 import, `ninja` not on PATH, a failed JIT compile) is never cached.
 
+On a host with systemd the role runs it as a transient unit with the server unit's own sandbox
+(systemd-run --property=..., --sandbox names each property here, so they are part of the key: a
+verdict under other hardening is not a verdict under this one). What it ran under is recorded
+("process": its unit from /proc/self/cgroup, NoNewPrivs, Seccomp, its capabilities). A rank the
+sandbox stops (killed by SIGSYS, EPERM/EROFS/EAFNOSUPPORT) is an error, never a cached fail.
+
 --worker MODULE replaces the GPU part (a module with run(rank, world_size, settings) -> dict per
 rank, rank 0's dict carrying "shapes"): the lab, which has no GPU, uses it.
 """
 import argparse
+import errno
 import hashlib
 import importlib
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -206,6 +214,32 @@ def run(rank, world_size, settings):
 # import, a tool that is not on PATH (flashinfer's JIT runs `ninja`), a compile that failed.
 SETUP_ERRORS = (ImportError, FileNotFoundError, subprocess.CalledProcessError, BaselineError)
 SETUP_EXIT = 3
+# What a sandbox does to a process it stops (EPERM: a device cgroup; EROFS: a read-only file system;
+# EAFNOSUPPORT: a refused address family): the test could not run, which says nothing of the GPUs.
+DENIED_ERRNOS = (errno.EPERM, errno.EROFS, errno.EAFNOSUPPORT)
+
+
+def process_record():
+    """What this process runs under, as the kernel says it: its unit (cgroup), user and confinement."""
+    record = {"uid": os.getuid(), "user": None, "unit": None}
+    try:
+        record["user"] = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        pass
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key in ("NoNewPrivs", "Seccomp", "CapBnd", "CapEff", "Umask"):
+                    record[key] = value.strip()
+        with open("/proc/self/cgroup") as handle:
+            for line in handle:
+                if line.startswith("0::"):
+                    record["cgroup"] = line[3:].strip()
+                    record["unit"] = record["cgroup"].rsplit("/", 1)[-1] or None
+    except OSError as exc:
+        record["error"] = str(exc)
+    return record
 
 
 def rank_main(args):
@@ -213,7 +247,9 @@ def rank_main(args):
     try:
         worker = importlib.import_module(args.worker) if args.worker else sys.modules[__name__]
         result = worker.run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), settings)
-    except SETUP_ERRORS as exc:
+    except Exception as exc:
+        if not isinstance(exc, SETUP_ERRORS) and not (isinstance(exc, OSError) and exc.errno in DENIED_ERRNOS):
+            raise
         detail = "%s: %s" % (type(exc).__name__, exc)
         if isinstance(exc, subprocess.CalledProcessError) and exc.output:
             detail += "\n" + str(exc.output)[-1000:]
@@ -263,6 +299,11 @@ def launch(world_size, settings, args, workdir):
         with open(log.name, errors="replace") as handle:
             tails[rank] = handle.read()[-1500:]
     failed = [rank for rank, (p, _, _) in enumerate(procs) if p.returncode not in (0, None) and rank not in hung]
+    sigsys = [rank for rank in failed if procs[rank][0].returncode == -signal.SIGSYS]
+    if sigsys:
+        return None, "error", ("rank %d was killed by SIGSYS: a system call it made is one this process's seccomp "
+                               "filter kills (not a verdict on its GPUs, and not cached): %s"
+                               % (sigsys[0], tails[sigsys[0]].strip()[-500:]))
     setup = [rank for rank in failed if procs[rank][0].returncode == SETUP_EXIT and os.path.exists(procs[rank][1])]
     if setup:
         with open(procs[setup[0]][1]) as handle:
@@ -271,7 +312,9 @@ def launch(world_size, settings, args, workdir):
                                "cached: the next run tries again): %s" % (setup[0], detail))
     if failed:
         rank = failed[0]
-        return None, "fail", "rank %d exited with %d: %s" % (rank, procs[rank][0].returncode, tails[rank].strip())
+        code = procs[rank][0].returncode
+        how = "was killed by %s" % signal.Signals(-code).name if code < 0 else "exited with %d" % code
+        return None, "fail", "rank %d %s: %s" % (rank, how, tails[rank].strip())
     if hung:
         return None, "hang", ("no result from rank(s) %s within %d s: the fused kernel or its IPC workspace hung "
                               "(peer-to-peer access between the GPUs is the usual cause)" % (hung, args.timeout))
@@ -309,6 +352,8 @@ def main(argv=None):
                         help="the server runs --enable-torch-symm-mem: sglang's unfused all-reduce may use it")
     parser.add_argument("--disable-custom-all-reduce", action="store_true",
                         help="the server runs --disable-custom-all-reduce")
+    parser.add_argument("--sandbox", action="append", default=[], metavar="PROPERTY",
+                        help="a property of the transient unit it runs in (recorded, and part of the key)")
     parser.add_argument("--worker", default="", help="module that replaces the GPU part (the lab)")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
@@ -323,10 +368,11 @@ def main(argv=None):
         parser.error("token counts must lie in 1..--max-tokens and --timeout must be positive")
     settings = {"tokens": tokens, "hidden": args.hidden, "max_tokens": args.max_tokens, "eps": args.eps,
                 "iters": args.iters, "worker": args.worker, "torch_symm_mem": args.torch_symm_mem,
-                "custom_all_reduce": not args.disable_custom_all_reduce}
+                "custom_all_reduce": not args.disable_custom_all_reduce, "sandbox": args.sandbox}
     tolerance = {"atol": args.atol, "rtol": args.rtol}
     started = time.monotonic()
-    result = {"status": "error", "reason": "", "cached": False, "tolerance": tolerance, "settings": settings}
+    result = {"status": "error", "reason": "", "cached": False, "tolerance": tolerance, "settings": settings,
+              "process": process_record()}
     try:
         gpus = host_gpus()
         _, p2p = nvidia_smi("topo", "-p2p", "r")
