@@ -76,8 +76,9 @@ def lease(host):
 
 
 def healer_lines(since):
-    """What the healer logged since the unix time `since`."""
-    return sh(ROUTER, "journalctl -u sglang-router-healer --no-pager -o cat --since @%d" % int(since)).stdout
+    """What the healer itself logged since the unix time `since` (not systemd's lines about its unit)."""
+    out = sh(ROUTER, "journalctl -u sglang-router-healer --no-pager -o cat --since @%d" % int(since)).stdout
+    return "\n".join(line for line in out.splitlines() if line.startswith("sglang-router-healer: "))
 
 
 def count_starts(node):
@@ -225,6 +226,7 @@ def test_a_failed_gate_keeps_its_host_out_of_the_router_and_stops_the_rollout(ca
     assert ("i rt-router: worker %s (rt-gpu-1) out: failed its gate in run %s (rt-gpu-1); lease until %s, not healed"
             % (WORKERS["rt-gpu-1"], failed["run"], failed["until_utc"])) in text
     assert "i rt-gpu-1: rt-router: out: failed its gate" in text and "this run would put it back" in text
+    assert "router worker rt_tp_group" not in text  # not asked in check mode: no guess that it is out
     assert lease("rt-gpu-1") == failed and workers() == {WORKERS["rt-gpu-2"]: True}
     # Healthy again by hand, past the lease and a healer period: the healer leaves it out all the same
     # (a failed gate is the operator's to decide).
@@ -307,7 +309,9 @@ def test_a_killed_rollout_s_worker_comes_back_by_itself_under_load(capsys, tmp_p
         "%d failed; the healer said: %s"
         % (killed_at - taken["since"], taken["seconds"], taken["run"], (back or float("nan")) - taken["until"],
            (healthy or float("nan")) - taken["until"], summary["sent"], summary["failed"], said.strip()))
-    assert back is not None and back <= taken["until"] + HEALER_PERIOD + 2, (back, taken, said)
+    # Within the lease and one healer period, plus the pass's own work: /health, the known answer, the
+    # router's add (about 1 s in the lab).
+    assert back is not None and back <= taken["until"] + HEALER_PERIOD + 5, (back, taken, said)
     assert healthy is not None, said
     assert summary["failed"] == 0, summary["errors"]
     assert summary["sent"] >= 100 and summary["ok"] == summary["sent"]
