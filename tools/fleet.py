@@ -241,6 +241,17 @@ def describe_models(facts: dict) -> str:
     return ", ".join("%s %d" % (state, states.count(state)) for state in sorted(set(states)))
 
 
+def describe_server_lease(lease: dict) -> str:
+    """What the server stage found of a drain lease that was not its own as it put the server back, or in
+    check mode of any lease it found: "put back, ending the drain lease of run R (until T)" or the lease's
+    own summary (by the router host's clock) with "this run would put it back"."""
+    if lease.get("ended") in (True, "True", "true"):
+        return "put back by this run, ending the %s drain lease of run %s (until %s)" % (
+            "failed" if lease.get("state") == "failed" else "left", lease.get("run") or "?", lease.get("until_utc"))
+    return "%s; this run would put it back" % (lease.get("summary") or "out under a drain lease until %s"
+                                               % lease.get("until_utc"))
+
+
 def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
              "MODELS", "FUSION", "ACCEPT", "SERVER")]
@@ -279,6 +290,11 @@ def report(run: PlaybookRun) -> str:
             lines.append("  i %s: one server of %d ranks, %s; its gate and the routers talk to rank 0 only"
                          % (group["name"], len(group["ranks"]),
                             ", ".join("%s (rank %d)" % (h, i) for i, h in enumerate(group["ranks"]))))
+        for lease in r.facts.get("sglang_server_leases") or []:
+            lines.append("  i %s: %s: %s" % (host, lease.get("router"), describe_server_lease(lease)))
+        for lease in r.facts.get("sglang_router_leases") or []:
+            lines.append("  i %s: worker %s (%s) %s" % (host, lease.get("worker"), lease.get("host") or "?",
+                                                       lease.get("summary") or lease.get("state")))
         if "out of" in str(r.facts.get("sglang_server_router_state") or ""):
             lines.append("  i %s: %s" % (host, r.facts["sglang_server_router_state"]))
         for worker in r.facts.get("sglang_router_workers") or []:

@@ -48,8 +48,8 @@ _value:
       reaches rank 0), C(dist_init_addr) (C(<rank 0's address>:<port>), for a multi-node group only,
       else empty), C(model) (the name it serves the model under, as a router lists it).
     - C(worker_urls), one a unit; C(rank0), each server host's rank 0.
-    - C(routers), per router host, C(url) (its API, as called on its own host) and C(metrics) (its
-      exporter, as another host scrapes it).
+    - C(routers), per router host, C(url) (its API, as called on its own host), C(metrics) (its
+      exporter, as another host scrapes it) and C(lease_dir) (where its drain leases are).
   type: dict
 """
 
@@ -127,7 +127,7 @@ def _router(host, hostvars):
     advertised = str(_vars(hostvars, host).get("ansible_host") or host)
     metrics = http_url(settings["fleet_router_prometheus_host"], settings["fleet_router_prometheus_port"], advertised)
     return {"url": http_url(settings["fleet_router_host"], settings["fleet_router_port"]),
-            "metrics": metrics[len("http://"):]}
+            "metrics": metrics[len("http://"):], "lease_dir": settings["fleet_router_lease_dir"]}
 
 
 def fleet_topology(hosts, hostvars, groups, routers=()):

@@ -45,6 +45,39 @@ options:
         stage comes before the router stage) is no error; C(router_running) says so.
     type: bool
     default: false
+  lease_dir:
+    description:
+      - The router host's drain-lease directory (module_utils/drain_lease.py); empty for none.
+      - With I(state=absent), a lease is written there before the worker leaves (when the router lists it,
+        or a lease is already there), so that the router host's healer puts it back should the run die
+        with it out. With I(state=present), the worker's lease is removed once it is in and healthy.
+      - Run the module on the router's host (delegate_to), which owns the directory and the clock.
+    type: path
+    default: ""
+  lease:
+    description: What the lease written by I(state=absent) says; required then with I(lease_dir).
+    type: dict
+    suboptions:
+      run:
+        description: Which run takes the worker out.
+        type: str
+        default: ""
+      host:
+        description: The inventory host the worker is.
+        type: str
+        default: ""
+      drain_timeout:
+        description: Seconds the stage waits for requests in flight to finish.
+        type: int
+        required: true
+      start_timeout:
+        description: Seconds systemd gives the restarted server to start.
+        type: int
+        required: true
+      gate_timeout:
+        description: Seconds the health gate waits for the restarted server.
+        type: int
+        required: true
 attributes:
   check_mode:
     support: full
@@ -78,94 +111,65 @@ router_running:
   description: False when the router refused the connection and I(router_down_ok) let that pass.
   returned: always
   type: bool
+lease:
+  description:
+    - I(state=absent) the lease written (or, in check mode, that would be); I(state=present) the lease that
+      was removed (or would be). Null when there is none. Keys C(worker), C(run), C(host), C(state),
+      C(seconds), C(since), C(until) (the router host's epoch seconds) and C(until_utc).
+  returned: always
+  type: dict
 """
 
-import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.drain_lease import FAILED, LeaseError, lease_seconds, new as new_lease, read as read_lease
+from ansible.module_utils.drain_lease import describe, expired, remove as remove_lease, write as write_lease
+# The router's API has one home, which the router host's healer shares (module_utils/router_api.py).
+from ansible.module_utils.router_api import RouterDown, RouterError, ensure, find, workers  # noqa: F401
 
 
-class RouterError(Exception):
-    pass
+def leased(p, check_mode=False, sleep=time.sleep, clock=time.monotonic, now=time.time):
+    """(changed, workers, waited, lease) as ensure(), with the drain lease in I(lease_dir) kept to the change.
+
+    absent: the lease is written (renewed) before the worker leaves, when it is listed or already under a
+    draining lease (a run before this one died with it out); a worker out with no lease was taken out by
+    hand and gets none, one under a failed lease keeps it. present: once the worker is in and healthy, its
+    lease is removed. The lease returned carries what it means by this host's clock (expired, summary)."""
+    changed, listed, waited, lease = _leased(p, check_mode, sleep, clock, now)
+    if lease is not None:
+        t = now()
+        lease = dict(lease, expired=expired(lease, t), summary=describe(lease, t))
+    return changed, listed, waited, lease
 
 
-class RouterDown(RouterError):
-    pass
-
-
-def call(router_url, api_key, method, path, payload=None, timeout=30):
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = "Bearer " + api_key
-    try:
-        response = open_url(router_url + path, method=method, headers=headers, timeout=timeout, use_proxy=False,
-                            data=json.dumps(payload) if payload is not None else None)
-        body = response.read().decode("utf-8", "replace")
-    except Exception as exc:  # HTTPError, URLError, timeouts
-        if isinstance(getattr(exc, "reason", None), ConnectionRefusedError) or isinstance(exc, ConnectionRefusedError):
-            raise RouterDown("%s %s%s: nothing listens there (is the router running?)" % (method, router_url, path))
-        code = getattr(exc, "code", None)
-        hint = " (the router's api_key is wrong or missing)" if code == 401 else ""
-        raise RouterError("%s %s%s: %s%s" % (method, router_url, path, exc, hint))
-    return json.loads(body) if body.strip() else {}
-
-
-def workers(router_url, api_key):
-    listed = call(router_url, api_key, "GET", "/workers").get("workers") or []
-    return [{"id": w.get("id"), "url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]
-
-
-def find(listed, url):
-    return next((w for w in listed if w["url"].rstrip("/") == url.rstrip("/")), None)
-
-
-def wait_for(router_url, api_key, timeout, done, sleep=time.sleep, clock=time.monotonic):
-    start = clock()
-    while True:
-        listed = workers(router_url, api_key)
-        if done(listed):
-            return listed, clock() - start
-        if clock() - start > timeout:
-            return listed, None
-        sleep(0.5)
-
-
-def ensure(p, check_mode=False, sleep=time.sleep, clock=time.monotonic):
-    """(changed, workers, waited) for the asked state; raises RouterError when the router does not get there."""
-    router, key, url = p["router_url"].rstrip("/"), p["api_key"], (p["url"] or "").rstrip("/")
-    listed = workers(router, key)
-    if p["state"] == "query":
-        return False, listed, 0.0
-    current = find(listed, url)
+def _leased(p, check_mode=False, sleep=time.sleep, clock=time.monotonic, now=time.time):
+    lease_dir, url = p.get("lease_dir"), (p["url"] or "").rstrip("/")
+    if not lease_dir or p["state"] == "query":
+        return ensure(p, check_mode, sleep, clock) + (None,)
+    existing = read_lease(lease_dir, url)
     if p["state"] == "absent":
-        if current is None:
-            return False, listed, 0.0
-        if check_mode:
-            return True, listed, 0.0
-        call(router, key, "DELETE", "/workers/" + current["id"])
-        listed, waited = wait_for(router, key, p["timeout"], lambda ws: find(ws, url) is None, sleep, clock)
-        if waited is None:
-            raise RouterError("the router still lists %s %ds after it was asked to remove it" % (url, p["timeout"]))
-        return True, listed, waited
-    changed = current is None
-    if changed:
-        if check_mode:
-            return True, listed, 0.0
-        payload = {"url": url}
-        if key:
-            payload["api_key"] = key
-        call(router, key, "POST", "/workers", payload)
-    elif current["healthy"]:
-        return False, listed, 0.0
-    listed, waited = wait_for(router, key, p["timeout"], lambda ws: (find(ws, url) or {}).get("healthy"),
-                              sleep, clock)
-    if waited is None:
-        worker = find(listed, url)
-        raise RouterError("%s is %s in the router %ds after it was added" % (
-            url, "not healthy" if worker else "not listed", p["timeout"]))
-    return changed, listed, waited
+        listed = workers(p["router_url"].rstrip("/"), p["api_key"])
+        if find(listed, url) is None and (existing is None or existing["state"] == FAILED):
+            # Out by hand (no lease), or out since it failed its gate: a failed lease stays failed (the
+            # rollback's second stop comes here, and the healer must not put that worker back).
+            return False, listed, 0.0, existing
+        spec = p.get("lease")
+        if not spec:
+            raise LeaseError("state=absent with lease_dir needs lease (its run and the stage's timeouts)")
+        lease = new_lease(url, spec.get("run") or "", spec.get("host") or "",
+                          lease_seconds(spec.get("drain_timeout"), spec.get("start_timeout"), spec.get("gate_timeout")),
+                          now())
+        if not check_mode:
+            write_lease(lease_dir, lease)
+        _, listed, waited = ensure(p, check_mode, sleep, clock)
+        return True, listed, waited, lease
+    changed, listed, waited = ensure(p, check_mode, sleep, clock)
+    if existing is not None:
+        if not check_mode:
+            remove_lease(lease_dir, url)
+        changed = True
+    return changed, listed, waited, existing
 
 
 def main():
@@ -177,19 +181,27 @@ def main():
             "api_key": {"type": "str", "default": "", "no_log": True},
             "timeout": {"type": "int", "default": 120},
             "router_down_ok": {"type": "bool", "default": False},
+            "lease_dir": {"type": "path", "default": ""},
+            "lease": {"type": "dict", "options": {
+                "run": {"type": "str", "default": ""},
+                "host": {"type": "str", "default": ""},
+                "drain_timeout": {"type": "int", "required": True},
+                "start_timeout": {"type": "int", "required": True},
+                "gate_timeout": {"type": "int", "required": True},
+            }},
         },
         required_if=[("state", "present", ["url"]), ("state", "absent", ["url"])],
         supports_check_mode=True,
     )
     try:
-        changed, listed, waited = ensure(module.params, module.check_mode)
+        changed, listed, waited, lease = leased(module.params, module.check_mode)
     except RouterDown as exc:
         if not module.params["router_down_ok"]:
             module.fail_json(msg=str(exc), router_running=False)
-        module.exit_json(changed=False, router_running=False, workers=[], waited=0.0)
-    except (RouterError, ValueError) as exc:
+        module.exit_json(changed=False, router_running=False, workers=[], waited=0.0, lease=None)
+    except (RouterError, LeaseError, ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=changed, waited=round(waited, 1), router_running=True,
+    module.exit_json(changed=changed, waited=round(waited, 1), router_running=True, lease=lease,
                      workers=[{"url": w["url"], "healthy": w["healthy"]} for w in listed])
 
 

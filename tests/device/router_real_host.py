@@ -31,6 +31,10 @@ ROUTER = "http://127.0.0.4:30090"
 
 
 def load_module(name, path):
+    # The modules import the project's module_utils as ansible.module_utils.<name>, as on a managed host.
+    import ansible.module_utils
+    if str(ROOT / "plugins/module_utils") not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(str(ROOT / "plugins/module_utils"))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -43,7 +43,8 @@ def test_the_topology_names_every_unit_s_worker_and_rank_0():
     assert found["worker_urls"] == [u["worker_url"] for u in found["units"]]
     assert found["rank0"] == {"a": "a", "b0": "b0", "b1": "b0", "c": "c"}
     # A router's API is called on its own host; its exporter is scraped from elsewhere.
-    assert found["routers"] == {"gw": {"url": "http://127.0.0.1:30090", "metrics": "gw.example.com:29000"}}
+    assert found["routers"] == {"gw": {"url": "http://127.0.0.1:30090", "metrics": "gw.example.com:29000",
+                                       "lease_dir": "/var/lib/sglang-router/leases"}}
 
 
 def test_the_advertised_address_moves_the_worker_and_the_dist_init_address():

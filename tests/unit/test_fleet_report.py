@@ -173,3 +173,25 @@ def test_the_server_s_finding_in_words_from_the_facts_the_role_sets():
         "not checked (check mode)"
     assert describe_server({"sglang_server_state": {"gate": "rolled-back", "serving": "0.5.9-1", "serving_passes": "False",
                                                     "rank0": "a"}}) == "rolled back to 0.5.9-1, which fails its gate too"
+
+
+def test_a_worker_out_under_a_drain_lease_says_whose_and_until_when():
+    from ansible.module_utils import drain_lease as leases
+    lease = leases.new("http://10.0.0.1:30000", "ops@ctl 2026-12-01T11:00:00Z", "gpu-1", 35, now=1000.0)
+    running = dict(lease, expired=False, summary=leases.describe(lease, 1010.0))
+    failed = dict(lease, worker="http://10.0.0.2:30000", host="gpu-2", state="failed", expired=True,
+                  summary=leases.describe(dict(lease, state="failed"), 2000.0))
+    run = PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "gpu-1": HostResult(ok=30, facts={"sglang_server_leases": [dict(running, router="router-1", ended=False)]}),
+        "gpu-3": HostResult(ok=30, facts={"sglang_server_leases": [dict(lease, router="router-1", ended=True)]}),
+        "router-1": HostResult(ok=20, facts={"sglang_router_leases": [running, failed]})})
+    lines = report(run).splitlines()
+    assert ("  i gpu-1: router-1: out under the drain lease of run ops@ctl 2026-12-01T11:00:00Z (gpu-1) until "
+            "1970-01-01T00:17:15Z (25s from now); this run would put it back") in lines
+    assert ("  i gpu-3: router-1: put back by this run, ending the left drain lease of run ops@ctl "
+            "2026-12-01T11:00:00Z (until 1970-01-01T00:17:15Z)") in lines
+    assert ("  i router-1: worker http://10.0.0.1:30000 (gpu-1) out under the drain lease of run "
+            "ops@ctl 2026-12-01T11:00:00Z (gpu-1) until 1970-01-01T00:17:15Z (25s from now)") in lines
+    assert ("  i router-1: worker http://10.0.0.2:30000 (gpu-2) out: failed its gate in run ops@ctl "
+            "2026-12-01T11:00:00Z (gpu-1); lease until 1970-01-01T00:17:15Z, not healed (the operator decides)"
+            ) in lines

@@ -6,7 +6,9 @@ rt-gpu-3 (rank 1) are one multi-node group, rt-router runs the real sglang-route
 on the router's node (files/lab/router_load.py), so every request stays on the pod's loopback."""
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +25,11 @@ ROUTER_URL = "http://127.0.1.4:30090"
 WORKERS = {"rt-gpu-1": "http://127.0.1.1:30000", "rt-gpu-2": "http://127.0.1.2:30000"}
 RANK1_URL = "http://127.0.1.3:30000"
 KEY_FILE = "/etc/sglang/sglang-router.key"
+LEASE_DIR = "/var/lib/sglang-router/leases"
+LEASE_OF = {host: "%s/http_%s_30000.json" % (LEASE_DIR, url.split("//")[1].split(":")[0]) for host, url in WORKERS.items()}
+HEALER_PERIOD = 5  # inventory/lab/group_vars/all.yml
+# Short waits, so that a lease ends within a test: 5 + 10 + 15 = 30 s.
+SHORT_WAITS = {"sglang_server_drain_timeout": 5, "sglang_server_timeout_start_sec": 10, "sglang_server_health_timeout": 15}
 
 
 def sh(node, script, check=True):
@@ -60,6 +67,18 @@ def starts(node):
         elif "Stopped sglang.service" in line or "request(s) in flight" in line:
             events.append((float(line.split()[0]), line.split("]: ", 1)[-1]))
     return events
+
+
+def lease(host):
+    """rt-router's drain lease of a worker, or None."""
+    done = sh(ROUTER, "cat %s" % LEASE_OF[host], check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def healer_lines(since):
+    """What the healer itself logged since the unix time `since` (not systemd's lines about its unit)."""
+    out = sh(ROUTER, "journalctl -u sglang-router-healer --no-pager -o cat --since @%d" % int(since)).stdout
+    return "\n".join(line for line in out.splitlines() if line.startswith("sglang-router-healer: "))
 
 
 def count_starts(node):
@@ -128,7 +147,7 @@ def test_check_mode_says_what_would_restart_and_touches_neither_router_nor_serve
     run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, check=True, diff=True,
                        extravars={"sglang_server_env": {"LAB_ROLLOUT": "check"}})
     assert run.rc == 0, run.failure_summary
-    assert all("The server is out of every router before it restarts" in run.hosts[h].changed_tasks for h in WORKERS)
+    assert all("The server is out of every router before it restarts, under a drain lease" in run.hosts[h].changed_tasks for h in WORKERS)
     assert "The ranks >= 1 of a multi-node group stop first" in run.hosts["rt-gpu-3"].changed_tasks
     assert workers() == {url: True for url in WORKERS.values()}
     assert {node: count_starts(node) for node in SERVERS} == before
@@ -180,7 +199,7 @@ def test_a_failed_gate_keeps_its_host_out_of_the_router_and_stops_the_rollout(ca
     sh("rt-gpu-1", "echo '{\"mode\": \"crash\"}' > /etc/lab-gpu/server-3.json")
     for node in ("rt-gpu-2", "rt-gpu-3"):
         sh(node, "cp /etc/lab-gpu/server.json /etc/lab-gpu/server-3.json")
-    release = {"sglang_server_env": {"LAB_ROLLOUT": "3", "LAB_SERVER_CONFIG": "/etc/lab-gpu/server-3.json"}}
+    release = dict(SHORT_WAITS, sglang_server_env={"LAB_ROLLOUT": "3", "LAB_SERVER_CONFIG": "/etc/lab-gpu/server-3.json"})
     group_units = {node: sh(node, "sha256sum /etc/systemd/system/sglang.service").stdout for node in ("rt-gpu-2", "rt-gpu-3")}
     group_starts = {node: count_starts(node) for node in ("rt-gpu-2", "rt-gpu-3")}
     load = Load("failed-gate")
@@ -198,13 +217,113 @@ def test_a_failed_gate_keeps_its_host_out_of_the_router_and_stops_the_rollout(ca
     assert {node: sh(node, "sha256sum /etc/systemd/system/sglang.service").stdout for node in group_units} == group_units
     assert {node: count_starts(node) for node in group_starts} == group_starts
 
+    # Its drain lease is marked failed, and the report, in a check run, says so and until when.
+    failed = lease("rt-gpu-1")
+    assert failed and failed["state"] == "failed" and failed["worker"] == WORKERS["rt-gpu-1"], failed
+    check = run_playbook(ROOT / "site.yml", INVENTORY, tags="server,router", check=True, extravars=release)
+    text = report(check)
+    say(capsys, text)
+    assert ("i rt-router: worker %s (rt-gpu-1) out: failed its gate in run %s (rt-gpu-1); lease until %s, not healed"
+            % (WORKERS["rt-gpu-1"], failed["run"], failed["until_utc"])) in text
+    assert "i rt-gpu-1: rt-router: out: failed its gate" in text and "this run would put it back" in text
+    assert "router worker rt_tp_group" not in text  # not asked in check mode: no guess that it is out
+    assert lease("rt-gpu-1") == failed and workers() == {WORKERS["rt-gpu-2"]: True}
+    # Healthy again by hand, past the lease and a healer period: the healer leaves it out all the same
+    # (a failed gate is the operator's to decide).
+    sh("rt-gpu-1", "cp /etc/lab-gpu/server.json /etc/lab-gpu/server-3.json; systemctl reset-failed sglang; "
+                   "systemctl restart sglang")
+    sh(ROUTER, "for i in $(seq 60); do curl -sf -m 2 -H \"Authorization: Bearer $(cat %s)\" %s/health && exit 0; "
+               "sleep 0.5; done; exit 1" % (KEY_FILE, WORKERS["rt-gpu-1"]))
+    time.sleep(max(0.0, failed["until"] + 2 * HEALER_PERIOD + 2 - time.time()))
+    assert workers() == {WORKERS["rt-gpu-2"]: True}
+    assert lease("rt-gpu-1")["state"] == "failed"
+    assert WORKERS["rt-gpu-1"] not in healer_lines(failed["since"])
+    say(capsys, "failed gate: rt-gpu-1 healthy again by hand, %.0f s past its failed lease's end: still out"
+        % (time.time() - failed["until"]))
+
     # Fixed: the same release with rt-gpu-1's server healthy again; the router stage runs too. The
     # host comes back into the router, the group rolls to release 3, and the report shows the router.
     sh("rt-gpu-1", "cp /etc/lab-gpu/server.json /etc/lab-gpu/server-3.json")
     fixed = run_playbook(ROOT / "site.yml", INVENTORY, tags="server,router", extravars=release)
     assert fixed.rc == 0, fixed.failure_summary
     assert workers() == {url: True for url in WORKERS.values()}
+    assert lease("rt-gpu-1") is None  # put back: the lease is gone
     text = report(fixed)
     say(capsys, text)
     assert "healthy, 2/2 workers in, known answer right" in text
     assert "rt_tp_group (rt-gpu-2, rt-gpu-3)" in text
+
+
+# The fault of issue 26: the controller dies (SIGKILL, as a dropped SSH session or a closed laptop)
+# while rt-gpu-1 is out of the router for its restart. Its server comes up on its own; the drain lease
+# the stage left on the router's host runs out and the healer puts it back: no rerun.
+KILL_RELEASE = dict(SHORT_WAITS, sglang_server_env={"LAB_ROLLOUT": "kill", "LAB_SERVER_CONFIG": "/etc/lab-gpu/server-kill.json"})
+KILL_LIMIT = "localhost,rt-gpu-1"
+
+
+def test_a_killed_rollout_s_worker_comes_back_by_itself_under_load(capsys, tmp_path):
+    # rt-gpu-1 loads its model for 8 s: the controller dies during its gate, after the restart.
+    sh("rt-gpu-1", "python3 -c 'import json; c = json.load(open(\"/etc/lab-gpu/server.json\")); "
+                   "c[\"startup_seconds\"] = 8; json.dump(c, open(\"/etc/lab-gpu/server-kill.json\", \"w\"))'")
+    starts_before = count_starts("rt-gpu-1")
+    began = time.time()
+    (tmp_path / "release.json").write_text(json.dumps(KILL_RELEASE))
+    load = Load("killed")
+    log = open(tmp_path / "killed-run.log", "w")
+    controller = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY, str(ROOT / "playbooks/server.yml"),
+         "--limit", KILL_LIMIT, "-e", "@%s" % (tmp_path / "release.json")],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    try:
+        # The moment: rt-gpu-1 is out of the router under its lease, and its server has restarted.
+        deadline, taken = time.monotonic() + 180, None
+        while time.monotonic() < deadline and controller.poll() is None:
+            taken = lease("rt-gpu-1")
+            if taken and WORKERS["rt-gpu-1"] not in workers() and count_starts("rt-gpu-1") > starts_before:
+                break
+            time.sleep(0.2)
+        assert controller.poll() is None and taken, (taken, (tmp_path / "killed-run.log").read_text()[-3000:])
+        os.killpg(controller.pid, signal.SIGKILL)
+        killed_at = time.time()
+    finally:
+        if controller.poll() is None:
+            os.killpg(controller.pid, signal.SIGKILL)
+        controller.wait(timeout=30)
+    assert taken["state"] == "draining" and taken["host"] == "rt-gpu-1" and taken["seconds"] == 30, taken
+    assert taken["run"].endswith("Z") and "@" in taken["run"], taken  # user@controller and the run's start
+    # The load loop runs on; the worker comes back by itself within the lease and one healer period.
+    back, healthy = None, None
+    while time.time() < taken["until"] + HEALER_PERIOD + 30:
+        listed = workers()
+        if back is None and WORKERS["rt-gpu-1"] in listed:
+            back = time.time()
+        if listed.get(WORKERS["rt-gpu-1"]):
+            healthy = time.time()
+            break
+        time.sleep(0.25)
+    summary = load.finish()
+    said = healer_lines(began)
+    say(capsys, "controller SIGKILLed %.1f s into a %d s lease (run %s); rt-gpu-1 back in the router %.1f s after "
+        "the lease's end (healthy there %.1f s after), without a rerun; load through the router: %d requests, "
+        "%d failed; the healer said: %s"
+        % (killed_at - taken["since"], taken["seconds"], taken["run"], (back or float("nan")) - taken["until"],
+           (healthy or float("nan")) - taken["until"], summary["sent"], summary["failed"], said.strip()))
+    # Within the lease and one healer period, plus the pass's own work: /health, the known answer, the
+    # router's add (about 1 s in the lab).
+    assert back is not None and back <= taken["until"] + HEALER_PERIOD + 5, (back, taken, said)
+    assert healthy is not None, said
+    assert summary["failed"] == 0, summary["errors"]
+    assert summary["sent"] >= 100 and summary["ok"] == summary["sent"]
+    heals = [line for line in said.splitlines() if line.startswith("sglang-router-healer: put %s back" % WORKERS["rt-gpu-1"])]
+    assert len(heals) == 1, said
+    assert lease("rt-gpu-1") is None
+    assert count_starts("rt-gpu-1") == starts_before + 1  # restarted by the killed run, never again
+
+
+def test_a_rerun_after_the_heal_changes_nothing():
+    again = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, limit=KILL_LIMIT, extravars=KILL_RELEASE)
+    assert again.rc == 0, again.failure_summary
+    assert again.changed == 0, {h: r.changed_tasks for h, r in again.hosts.items()}
+    assert workers() == {url: True for url in WORKERS.values()}
+    assert lease("rt-gpu-1") is None
