@@ -32,10 +32,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: In check mode it reports what it would mark, and changes nothing.
   diff_mode:
     support: none
+    description: It returns no diff.
 author:
-  - sglang-fleet maintainers
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

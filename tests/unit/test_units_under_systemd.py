@@ -52,6 +52,9 @@ def test_the_capture_holds_the_units_the_role_renders_today(tmp_path, monkeypatc
     assert run.rc == 0, run.hosts
     for name, captured in (("sglang.service", UNIT), ("sglang-gpu-init.service", GPU_INIT)):
         assert (tmp_path / f"{host}.{name}").read_text() == captured, f"{name} is not what the role renders now"
+    # The fusion self-test's systemd-run command line too (the server unit's sandbox as properties).
+    assert json.loads((tmp_path / f"{host}.selftest-argv.json").read_text()) == render["selftest_argv"] == \
+        json.loads((CAPTURE / "selftest-argv.json").read_text())
     # The host's own settings, not the role's defaults for an 8-GPU fleet host.
     extra = render["extra_vars"]
     assert extra["sglang_server_gpus_per_node"] == len(RUN["host"]["gpus"]) == 1
@@ -216,3 +219,20 @@ def test_the_harness_reads_units_and_filter_tables_as_systemd_does():
             '# ExecStart=/commented\nExecStart=/x/python -m m \\\n    --flag "a b"\n')
     assert HARNESS.unit_environment(text) == {"A": "b c", "D": "e", "P": "$HOME"}
     assert HARNESS.exec_argv(text) == ["/x/python", "-m", "m", "--flag", "a b"]
+
+
+def test_without_a_d_bus_system_bus_the_self_test_runs_as_before_since_systemd_run_cannot_follow_its_unit():
+    """The real host booted systemd 252 and has systemd-run, but no D-Bus: the role's own systemd-run command
+    line failed there (and over systemd's private socket too), so the role must not choose the sandbox."""
+    sys.path.insert(0, str(ROOT / "plugins/filter"))
+    from systemd_sandbox import selftest_sandboxed
+    host = RUN["selftest_host"]
+    assert host == {"systemd_booted": True, "systemd_run_rc": 0, "system_bus": False}
+    for run in RUN["transient"].values():
+        assert run["command"][:4] == ["systemd-run", "--wait", "--pipe", "--collect"]
+        assert [(a["bus"], a["rc"]) for a in run["attempts"]] == [("default", 1), ("unix:path=/run/systemd/private", 1)]
+        assert "Failed to connect to bus" in run["attempts"][0]["stderr"]
+        assert "Invalid request descriptor" in run["attempts"][1]["stderr"]
+    where = selftest_sandboxed(host["systemd_booted"], host["systemd_run_rc"], host["system_bus"])
+    assert where["sandboxed"] is False and "no D-Bus system bus" in where["why"]
+    assert selftest_sandboxed(True, 0, True)["sandboxed"] is True  # the lab's nodes run dbus-daemon

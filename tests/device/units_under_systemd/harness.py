@@ -21,7 +21,12 @@ libkmod2, from `apt-get download`) and wheels/ (ansible-core 2.19 and what it im
    file: there is no journald). Starts the server unit as rendered; where the gpu-init unit cannot
    run (no nvidia-modprobe), records that, and starts it again with the gpu-init ExecStart replaced
    by a check that the device nodes exist.
-5. Writes OUT_DIR/units-under-systemd.json (everything, including what the unit's own process
+5. Runs the fusion self-test as the role does on a host with systemd: a transient unit, by the
+   systemd-run command line the role builds (tests/playbooks/render_unit.yml writes it), the server
+   unit's own sandbox as --property= words. Once as the role runs it (the role's fusion_selftest.py,
+   where the role installs it), and once with the workload after its `--` instead, so every GPU step
+   is seen under the self-test's sandbox too.
+6. Writes OUT_DIR/units-under-systemd.json (everything, including what the unit's own process
    recorded), the units and drop-ins as systemd read them, and logs.txt. Each phase is saved as it
    ends, so a run cut short still returns what it did.
 """
@@ -257,7 +262,7 @@ def render(py, site, extra, host_name, work):
               str(ROOT / "tests/playbooks/render_unit.yml"), "-e", "@" + str(vars_file)],
              timeout=300, env=env, cwd=str(ROOT))
     units = {}
-    for name in ("sglang.service", "sglang-gpu-init.service"):
+    for name in ("sglang.service", "sglang-gpu-init.service", "selftest-argv.json"):
         path = out / ("%s.%s" % (host_name, name))
         units[name] = path.read_text() if path.exists() else None
     return brief(run, 4000), units
@@ -457,6 +462,49 @@ class Manager:
         self.log.close()
 
 
+PRIVATE_BUS = "unix:path=/run/systemd/private"
+
+
+def run_transient(manager, argv, timeout):
+    """A systemd-run command line inside the booted manager: its exit status and output (--pipe). This
+    host has no D-Bus system bus; where systemd-run cannot connect to one, the same command again over
+    the manager's own private socket (root only), DBUS_SYSTEM_BUS_ADDRESS set to it."""
+    attempts = []
+    for bus in (None, PRIVATE_BUS):
+        start = time.monotonic()
+        run = manager.run(*((["env", "DBUS_SYSTEM_BUS_ADDRESS=" + bus] if bus else []) + list(argv)), timeout=timeout)
+        attempts.append({"bus": bus or "default", "command": argv, "rc": run["rc"], "stdout": run["out"][-6000:],
+                         "stderr": run["err"][-3000:], "seconds": round(time.monotonic() - start, 1)})
+        if "Failed to connect to bus" not in run["err"]:
+            break
+    return dict(attempts[-1], attempts=attempts)
+
+
+def transient_runs(manager, selftest_argv, found, home, budget):
+    """The fusion self-test as the role runs it, then the workload under the same transient unit's
+    options (user, home, environment, sandbox): the runner's part of the role's argv is kept as it is."""
+    split = selftest_argv.index("--")
+    runner, command = selftest_argv[:split], selftest_argv[split + 1:]
+    script = command[1]  # <python> <the role's fusion_selftest.py> ...
+    os.makedirs(os.path.dirname(script), exist_ok=True)
+    shutil.copyfile(ROOT / "roles/sglang_server/files" / os.path.basename(script), script)
+    os.chmod(script, 0o755)
+    # The role creates the verdict cache as the service user's before the self-test runs.
+    cache = command[command.index("--cache-dir") + 1]
+    user = pwd.getpwnam(SERVICE)
+    os.makedirs(cache, exist_ok=True)
+    os.chown(cache, user.pw_uid, user.pw_gid)
+    runs = {"selftest": run_transient(manager, selftest_argv, min(budget / 3, 300))}
+    workload = [found["python"], str(LIB / "workload.py"), "--label", "transient", "--out",
+                home + "/harness/transient.json", "--nvidia-smi", found["nvidia_smi"],
+                "--budget", str(int(budget * 2 / 3 - 20))]
+    renamed = [a if not a.startswith("--unit=") else "--unit=sglang-harness-transient" for a in runner]
+    runs["workload"] = run_transient(manager, renamed + ["--"] + workload, budget * 2 / 3)
+    record = Path(home) / "harness/transient.json"
+    runs["workload"]["record"] = json.loads(record.read_text()) if record.exists() else None
+    return runs
+
+
 STATE = ["ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus", "ExecMainPID", "NRestarts",
          "InvocationID"]
 
@@ -520,6 +568,8 @@ def main():
         save("render")
         if None in units.values():
             raise SystemExit("the role's render failed: %s" % record["render"]["run"])
+        selftest_argv = json.loads(units.pop("selftest-argv.json"))
+        record["render"]["selftest_argv"] = selftest_argv
         unit = units["sglang.service"]
         python = exec_argv(unit)[0]
         record["render"]["exec_python"] = python
@@ -565,6 +615,15 @@ def main():
         record["inside"]["record"] = json.loads(unit_json.read_text()) if unit_json.exists() else None
         save("inside")
 
+        # What the role looks at to choose where its self-test runs (roles/sglang_server/tasks/fusion.yml).
+        record["selftest_host"] = {
+            "systemd_booted": manager.run("test", "-d", "/run/systemd/system")["rc"] == 0,
+            "systemd_run_rc": manager.run("systemd-run", "--version")["rc"],
+            "system_bus": manager.run("test", "-S", "/run/dbus/system_bus_socket")["rc"] == 0}
+        record["transient"] = transient_runs(manager, selftest_argv, found, home,
+                                             max(60, deadline - time.monotonic() - 60))
+        save("transient")
+
         record["systemd"]["cat"] = manager.ctl("cat", SERVICE + ".service", SERVICE + "-gpu-init.service")["out"]
         record["systemd"]["show"] = {u: manager.show(u) for u in (SERVICE + ".service", SERVICE + "-gpu-init.service")}
         record["systemd"]["security"] = brief(manager.run("systemd-analyze", "security", "--no-pager",
@@ -598,6 +657,7 @@ def summary(record):
     lines = ["phases: %s" % record.get("phases"), "error: %s" % record.get("error")]
     runs = {k: (v.get("record") or {}) for k, v in record.get("outside", {}).items()}
     runs["unit"] = (record.get("inside") or {}).get("record") or {}
+    runs["transient"] = ((record.get("transient") or {}).get("workload") or {}).get("record") or {}
     names = []
     for run in runs.values():
         names += [n for n in list(run.get("steps", {})) + list(run.get("probes", {})) if n not in names]
@@ -612,6 +672,8 @@ def summary(record):
         lines.append("%s: %s devices=%s writes=%s" % (label, box.get("status", {}).get("Seccomp"),
                                                      box.get("devices"), box.get("writes")))
         lines.append("%s syscalls: %s" % (label, {k: v.get("outcome") for k, v in run.get("syscalls", {}).items()}))
+    selftest = (record.get("transient") or {}).get("selftest") or {}
+    lines.append("self-test as a transient unit: rc=%s %s" % (selftest.get("rc"), (selftest.get("stdout") or "")[-400:]))
     return "\n".join(lines)
 
 
