@@ -113,7 +113,7 @@ def test_the_self_test_ran_as_a_transient_unit_under_the_server_unit_s_own_sandb
         assert (process["NoNewPrivs"], process["Seccomp"], process["CapBnd"], process["Umask"]) == \
             ("1", "2", "0000000000000000", "0027")
         assert verdict["settings"]["sandbox"] == sandbox + ["ReadWritePaths=" + folder]
-    decision = json.loads(node.file("/etc/sglang/allreduce-fusion.json").content_string)
+    decision = json.loads(node.file("/etc/ansible/facts.d/sglang_server_fusion.fact").content_string)
     assert decision["reason"].startswith("self-test pass, ") and "outside" not in decision["reason"]
     assert node.run("systemctl status sglang-fusion-selftest.service").rc == 4  # collected: no such unit left
 
