@@ -94,7 +94,8 @@ def fleet_defaults(path=None):
     for name, value in found.items():
         if not name.startswith("fleet_"):
             raise AnsibleFilterError("fleet layer default %s: every setting there is named fleet_*" % name)
-        if "{{" in yaml.safe_dump(value) or "{%" in yaml.safe_dump(value):
+        text = yaml.safe_dump(value)
+        if "{{" in text or "{%" in text:
             raise AnsibleFilterError("fleet layer default %s is templated (%r): the fleet layer's defaults are "
                                      "literal, so that every host reads them alike" % (name, value))
     if path is None:
@@ -116,25 +117,30 @@ def fleet_settings(host, hostvars):
     return {name: (found[name] if name in found else default) for name, default in fleet_defaults().items()}
 
 
-def fleet_advertised(host, hostvars):
-    """Where the other hosts reach `host`: fleet_server_advertise_host, else ansible_host, else its name."""
-    settings = fleet_settings(host, hostvars)
-    return str(settings["fleet_server_advertise_host"] or _vars(hostvars, host).get("ansible_host") or host)
+def reached_at(host, hostvars):
+    """Where other hosts reach `host`: its ansible_host, else its inventory name."""
+    return str(_vars(hostvars, host).get("ansible_host") or host)
+
+
+def scrape_address(listen, port, advertised):
+    """host:port of a listener as another host reaches it (its advertised address where it listens on all)."""
+    return http_url(listen, port, advertised)[len("http://"):]
 
 
 def _router(host, hostvars):
     settings = fleet_settings(host, hostvars)
-    advertised = str(_vars(hostvars, host).get("ansible_host") or host)
-    metrics = http_url(settings["fleet_router_prometheus_host"], settings["fleet_router_prometheus_port"], advertised)
     return {"url": http_url(settings["fleet_router_host"], settings["fleet_router_port"]),
-            "metrics": metrics[len("http://"):], "lease_dir": settings["fleet_router_lease_dir"]}
+            "metrics": scrape_address(settings["fleet_router_prometheus_host"], settings["fleet_router_prometheus_port"],
+                                      reached_at(host, hostvars)),
+            "lease_dir": settings["fleet_router_lease_dir"]}
 
 
 def fleet_topology(hosts, hostvars, groups, routers=()):
     units, rank0 = [], {}
     for unit in sglang_rollout_units(hosts, hostvars, groups):
         settings = fleet_settings(unit["rank0"], hostvars)
-        advertised = fleet_advertised(unit["rank0"], hostvars)
+        # How the routers and the other ranks reach rank 0: fleet_server_advertise_host, else as any host.
+        advertised = str(settings["fleet_server_advertise_host"] or reached_at(unit["rank0"], hostvars))
         unit = dict(unit,
                     worker_url=http_url(settings["fleet_server_host"], settings["fleet_server_port"], advertised),
                     dist_init_addr=("%s:%s" % (advertised, settings["fleet_server_dist_init_port"])

@@ -69,33 +69,22 @@ from ansible.errors import AnsibleFilterError
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _load_http_url():
-    """The one http_url filter (plugins/filter/http_url.py): how a listen address is reached."""
-    spec = importlib.util.spec_from_file_location("sglang_fleet_http_url",
+def _load_fleet_layer():
+    """The fleet layer's filter file (plugins/filter/fleet_layer.py): how a host is named and reached."""
+    spec = importlib.util.spec_from_file_location("sglang_fleet_fleet_layer",
                                                   os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                               "http_url.py"))
+                                                               "fleet_layer.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.http_url
+    return module
 
 
-http_url = _load_http_url()
-
-
-def _vars(hostvars, host):
-    try:
-        return hostvars[host]
-    except KeyError:
-        raise AnsibleFilterError("%s is not a host of this inventory" % host)
+_fleet = _load_fleet_layer()
+_vars, _address = _fleet._vars, _fleet.scrape_address
 
 
 def _advertised(hostvars, host):
-    """Where other hosts reach this one: its ansible_host, else its inventory name."""
-    return str(_vars(hostvars, host).get("ansible_host") or host)
-
-
-def _address(listen, port, advertised):
-    return http_url(listen, port, advertised)[len("http://"):]
+    return _fleet.reached_at(host, hostvars)
 
 
 def fleet_monitoring_exporter_address(host, hostvars):
