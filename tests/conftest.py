@@ -1,4 +1,6 @@
+import json
 import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +116,17 @@ class InstalledCollection:
 @pytest.fixture(scope="session")
 def installed_collection(tmp_path_factory):
     return InstalledCollection(tmp_path_factory.mktemp("collection"))
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A fake HTTP server's handler for the tests: quiet, and replies with a JSON body."""
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, payload):
+        body = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

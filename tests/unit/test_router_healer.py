@@ -7,7 +7,7 @@ import json
 import shutil
 import tempfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from pathlib import Path
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ansible.module_utils import drain_lease as leases
-from conftest import ROOT
+from conftest import JsonHandler, ROOT
 from test_sglang_router_worker import KEY, router  # noqa: F401 (the fake router fixture)
 
 
@@ -39,17 +39,7 @@ healer = installed_healer()
 MODEL = "/models/nvidia/Kimi-K2.5-NVFP4"
 
 
-class Worker(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def reply(self, code, payload):
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class Worker(JsonHandler):
     def do_GET(self):
         self.server.keys.append(self.headers.get("Authorization"))
         if self.path == "/health":
