@@ -80,7 +80,8 @@ def _load_fleet_layer():
 
 
 _fleet = _load_fleet_layer()
-_vars, _address = _fleet._vars, _fleet.scrape_address
+_vars = _fleet._vars
+_address = _fleet.scrape_address
 
 
 def _advertised(hostvars, host):
