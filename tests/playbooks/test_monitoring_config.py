@@ -38,11 +38,13 @@ ROUTERS = {"gateway-1": {"ansible_host": "10.0.0.5", "fleet_router_prometheus_ho
 
 
 def playbook(tmp_path, inv, path=PLAYBOOK, *args, **extravars):
-    if shutil.which("promtool") is None:
-        pytest.fail("promtool is missing: bin/setup installs it (Debian's prometheus package)")
+    for tool, package in (("promtool", "prometheus"), ("amtool", "prometheus-alertmanager")):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: bin/setup installs it (Debian's {package} package)")
     out = tmp_path / "out"
     extravars = dict({"__fleet_monitoring_dir": str(out / "sglang-fleet"),
-                      "__fleet_monitoring_prometheus_config": str(out / "prometheus.yml")}, **extravars)
+                      "__fleet_monitoring_prometheus_config": str(out / "prometheus.yml"),
+                      "__fleet_monitoring_alertmanager_config": str(out / "alertmanager.yml")}, **extravars)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
@@ -72,6 +74,11 @@ def test_targets_rules_and_config_pass_promtool(tmp_path):
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 3 rule files found" in checked.stdout + checked.stderr
+    # Alertmanager's, as the role's defaults say, through amtool check-config (the task's validate).
+    written = (tmp_path / "out/alertmanager.yml").read_text()
+    assert written.startswith("# Ansible managed")
+    defaults = yaml.safe_load((ROOT / "roles/fleet_monitoring/defaults/main.yml").read_text())
+    assert yaml.safe_load(written) == defaults["fleet_monitoring_alertmanager_config"]
 
 
 def test_dcgm_exporter_is_a_job_where_its_port_is_set_and_gone_when_unset(tmp_path):
