@@ -83,3 +83,18 @@ def test_each_unit_is_hardened(rendered, unit, at_most, tmp_path):
         alone.mkdir(parents=True)
         shutil.copy(DEBIAN / unit, alone)
         assert exposure(tmp_path / "root", unit) > score  # the distribution's unit without the drop-in
+
+
+@pytest.mark.parametrize("unit", ["prometheus.service", "prometheus-alertmanager.service",
+                                  "prometheus-node-exporter.service"])
+def test_no_drop_in_asks_for_protect_proc_over_a_unit_with_private_users(rendered, unit):
+    """systemd 252 cannot start a unit with both when it runs in a container (systemd #29656): its
+    user-namespace helper finds no /proc/PID/uid_map under the unit's hidepid /proc ("Failed to set up
+    user namespacing: No such file or directory", status 217/USER). Debian's prometheus.service sets
+    PrivateUsers=true; the lab's first run of the stage failed there, with exactly that line."""
+    def settings(text):
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    debian = settings((DEBIAN / unit).read_text())
+    drop_in = settings((rendered / "etc/systemd/system" / (unit + ".d") / "sglang-fleet.conf").read_text())
+    private_users = drop_in.get("PrivateUsers", debian.get("PrivateUsers", "no")).lower() in ("yes", "true", "1")
+    assert not (private_users and drop_in.get("ProtectProc", "default") != "default"), (unit, drop_in)
