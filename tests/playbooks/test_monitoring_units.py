@@ -1,7 +1,8 @@
 """The monitoring stage's units: the role's drop-ins over Debian 12's own units of prometheus,
 prometheus-alertmanager and prometheus-node-exporter (tests/fixtures/upstream/debian-12-units), and the
 GPU collector's service, as systemd reads them (systemd-analyze security --offline): each listens where
-the inventory says and is exposed less than the distribution's unit alone."""
+the inventory says, is exposed less than the distribution's unit alone, and lets through every system call
+its daemon was seen to make."""
 import re
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import pytest
 import yaml
 
+import syscall_sites
 from conftest import FIXTURES, ROOT
 from fleet import run_playbook
 
@@ -98,3 +100,33 @@ def test_no_drop_in_asks_for_protect_proc_over_a_unit_with_private_users(rendere
     drop_in = settings((rendered / "etc/systemd/system" / (unit + ".d") / "sglang-fleet.conf").read_text())
     private_users = drop_in.get("PrivateUsers", debian.get("PrivateUsers", "no")).lower() in ("yes", "true", "1")
     assert not (private_users and drop_in.get("ProtectProc", "default") != "default"), (unit, drop_in)
+
+
+def allowed_calls(drop_in, groups):
+    """The calls a unit's SystemCallFilter= lines allow, as systemd reads them: the first line (an allow
+    list in every drop-in of the role) makes the list, later ones add to it, `~` lines take from it."""
+    allowed = None
+    for line in drop_in.splitlines():
+        if line.startswith("SystemCallFilter="):
+            value = line.split("=", 1)[1]
+            names = set()
+            for item in value.lstrip("~").split():
+                names |= syscall_sites.expand(groups, item) if item.startswith("@") else {item}
+            assert allowed is not None or not value.startswith("~"), "a deny list first: " + line
+            allowed = (allowed or set()) - names if value.startswith("~") else (allowed or set()) | names
+    return allowed
+
+
+@pytest.mark.parametrize("unit", ["prometheus.service", "prometheus-alertmanager.service",
+                                  "prometheus-node-exporter.service"])
+def test_every_call_the_daemon_makes_passes_its_drop_in_s_filter(rendered, unit):
+    """The calls each of Debian 12's daemons made under strace, started, used and stopped (see the
+    captures' headers), against the drop-in's filter as Debian 12's systemd expands its groups. A call
+    the filter leaves out kills the daemon with SIGSYS: node_exporter's timex collector calls adjtimex,
+    which is @clock's, and the lab's node_exporters died at their first scrape."""
+    groups = syscall_sites.filter_groups((DEBIAN / "systemd-252-syscall-filter.txt").read_text())
+    made = {line for line in (DEBIAN / "syscalls" / (unit + ".txt")).read_text().splitlines()
+            if line and not line.startswith("#")}
+    allowed = allowed_calls((rendered / "etc/systemd/system" / (unit + ".d") / "sglang-fleet.conf").read_text(), groups)
+    assert allowed is not None and made, unit
+    assert sorted(made - allowed) == [], unit
