@@ -26,8 +26,13 @@ REPO = ROOT / ".cache/lab-apt"
 SUITE = "debian12/x86_64"
 SPEC = HERE / "cuda/packages.yml"
 DISTRO = "debian"
-# python3-debian: what deb822_repository needs on the host; with its dependencies.
-DISTRO_PACKAGES = ("python3-debian", "python3-chardet", "python3-pkg-resources")
+# python3-debian: what deb822_repository needs on the host; with its dependencies. Then the monitoring
+# stage's Prometheus, Alertmanager and node_exporter, with the web assets Prometheus depends on.
+DISTRO_PACKAGES = ("python3-debian", "python3-chardet", "python3-pkg-resources",
+                   "prometheus", "prometheus-alertmanager", "prometheus-node-exporter",
+                   "fonts-glyphicons-halflings", "javascript-common", "libjs-bootstrap", "libjs-bootstrap4",
+                   "libjs-d3", "libjs-eonasdan-bootstrap-datetimepicker", "libjs-jquery-hotkeys", "libjs-moment",
+                   "libjs-moment-timezone", "libjs-mustache", "libjs-popper.js", "libjs-rickshaw")
 
 NVCC = """#!/bin/sh
 # Lab stand-in for CUDA {cuda}'s nvcc: prints what the real one prints for --version.

@@ -24,6 +24,49 @@ FIELDS = {  # query field -> (header with units, value with units, value without
     "driver_version": lambda g, c: ("driver_version", c["driver_version"], c["driver_version"]),
     "count": lambda g, c: ("count", str(len(c["gpus"])), str(len(c["gpus"]))),
 }
+# The GPU textfile collector's fields (files/monitoring/nvidia_smi_textfile.py): field -> (header, unit,
+# the lab's idle value), headers and units as driver 580 prints them (tests/fixtures/nvidia-smi/
+# h200-monitoring-*.csv). A GPU's "sensors" in gpus.json override the idle values.
+REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
+           "hw_power_brake_slowdown", "sw_thermal_slowdown", "sync_boost")
+SENSORS = {
+    "utilization.gpu": ("utilization.gpu [%]", " %", "0"),
+    "utilization.memory": ("utilization.memory [%]", " %", "0"),
+    "memory.used": ("memory.used [MiB]", " MiB", "0"),
+    "temperature.gpu": ("temperature.gpu", "", "30"),
+    "temperature.memory": ("temperature.memory", "", "32"),
+    "power.draw": ("power.draw [W]", " W", "60.00"),
+    "power.limit": ("power.limit [W]", " W", "600.00"),
+    "clocks.sm": ("clocks.current.sm [MHz]", " MHz", "180"),
+    "clocks.mem": ("clocks.current.memory [MHz]", " MHz", "405"),
+    "clocks.max.sm": ("clocks.max.sm [MHz]", " MHz", "3090"),
+    "clocks.max.mem": ("clocks.max.memory [MHz]", " MHz", "14001"),
+    "pstate": ("pstate", "", "P8"),
+    "fan.speed": ("fan.speed [%]", " %", "[N/A]"),
+    "clocks_event_reasons.active": ("clocks_event_reasons.active", "", "0x0000000000000001"),
+    **{"clocks_event_reasons." + r: ("clocks_event_reasons." + r, "", "Active" if r == "gpu_idle" else "Not Active")
+       for r in REASONS},
+    "ecc.mode.current": ("ecc.mode.current", "", "Enabled"),
+    **{"ecc.errors.%s.%s.total" % (kind, span): ("ecc.errors.%s.%s.total" % (kind, span), "", "0")
+       for kind in ("corrected", "uncorrected") for span in ("volatile", "aggregate")},
+    "retired_pages.pending": ("retired_pages.pending", "", "[N/A]"),
+    "remapped_rows.correctable": ("remapped_rows.correctable", "", "0"),
+    "remapped_rows.uncorrectable": ("remapped_rows.uncorrectable", "", "0"),
+    "remapped_rows.pending": ("remapped_rows.pending", "", "No"),
+    "remapped_rows.failure": ("remapped_rows.failure", "", "No"),
+}
+
+
+def sensor(field):
+    header, unit, idle = SENSORS[field]
+
+    def read(g, c):
+        value = str(g.get("sensors", {}).get(field, idle))
+        return header, value + unit if unit and not value.startswith("[") else value, value
+    return read
+
+
+FIELDS.update({field: sensor(field) for field in SENSORS})
 
 
 def table(cfg):

@@ -10,6 +10,12 @@ OpenAI-compatible endpoints the health gate and bench_serving use: /health, /v1/
 tests/fixtures/upstream/sglang-router-0.3.2/worker-calls.json) and what a drain reads (/v1/loads,
 /get_load). It counts the requests in flight and says how many a stop cut off.
 
+With --enable-metrics it serves /metrics as sglang 0.5.9 does (unauthenticated, rank 0 only): the
+scheduler's gauges and the tokenizer's token counters and TTFT/ITL histograms, under the names, help
+texts and default buckets that the installed sglang's srt/metrics/collector.py declares (read at start:
+a release that renamed one fails the start, naming it), with the labels of its scheduler and tokenizer
+managers. The values are the lab's own: requests in flight, the simulated tokens and their timing.
+
 A multi-node rank (--nnodes > 1) behaves as sglang 0.5.9's ranks do (entrypoints/engine.py): rank 0
 waits at --dist-init-addr for every other rank before it loads and serves; a rank >= 1 connects to
 it (retrying, as torch's TCPStore client does) and then serves only a dummy /health; and a rank that
@@ -26,6 +32,8 @@ a single stream up by about a quarter but costs throughput as concurrency grows 
 about 3 streams on, where real fleets cross over much later). Lab numbers are simulated and say
 nothing about real hardware.
 """
+import ast
+import contextlib
 import math
 import json
 import os
@@ -90,6 +98,138 @@ def answer_for(prompt, mode):
     return "This is the sglang-fleet lab server; lab numbers are simulated."
 
 
+# --- /metrics: sglang 0.5.9's names, the lab's values ------------------------------------------------
+# What the lab serves, by collector.py's names less the "sglang:" prefix, and the label keys sglang 0.5.9
+# gives them (the scheduler's in managers/scheduler_metrics_mixin.py, the tokenizer's in
+# managers/tokenizer_manager.py). tests/unit/test_lab_server_metrics.py checks both against the wheel.
+SCHEDULER_GAUGES = ("num_running_reqs", "num_queue_reqs", "token_usage", "gen_throughput", "spec_accept_length")
+TOKENIZER_COUNTERS = ("prompt_tokens_total", "generation_tokens_total")
+TOKENIZER_HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds")
+SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
+TOKENIZER_LABELS = ("model_name",)
+KINDS = dict([(n, "gauge") for n in SCHEDULER_GAUGES] + [(n, "counter") for n in TOKENIZER_COUNTERS]
+             + [(n, "histogram") for n in TOKENIZER_HISTOGRAMS])
+KV_TOKENS = 65536       # the lab's simulated KV-cache size, in tokens, when --max-total-tokens is unset
+THROUGHPUT_WINDOW = 10  # seconds of generated tokens behind gen_throughput
+
+
+def declared_metrics(site):
+    """{name: (kind, help, buckets)} of every sglang: metric the installed collector.py declares, a
+    histogram's buckets being the default list it assigns to the variable its buckets= names."""
+    with open(os.path.join(site, "sglang", "srt", "metrics", "collector.py")) as handle:
+        tree = ast.parse(handle.read())
+    lists, found = {}, {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            try:
+                lists.setdefault(node.targets[0].id, [float(v) for v in ast.literal_eval(node.value)])
+            except (ValueError, TypeError):
+                pass
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("Gauge", "Counter", "Histogram"):
+            args = {kw.arg: kw.value for kw in node.keywords}
+            name = getattr(args.get("name"), "value", None)
+            if isinstance(name, str) and name.startswith("sglang:"):
+                found[name[len("sglang:"):]] = (node.func.id.lower(), getattr(args.get("documentation"), "value", ""),
+                                                getattr(args.get("buckets"), "id", None))
+    return {name: (kind, doc, lists.get(buckets) if buckets else None) for name, (kind, doc, buckets) in found.items()}
+
+
+def served_metrics(site):
+    """The metrics the lab serves, as the installed sglang declares them; a drifted release is named."""
+    declared = declared_metrics(site)
+    wrong = [name for name, kind in KINDS.items() if declared.get(name, (None,))[0] != kind
+             or (kind == "histogram" and not declared[name][2])]
+    if wrong:
+        raise ValueError("the installed sglang's srt/metrics/collector.py does not declare %s as sglang 0.5.9 does"
+                         % ", ".join("sglang:%s (a %s)" % (name, KINDS[name]) for name in wrong))
+    return {name: declared[name] for name in KINDS}
+
+
+def number(value):
+    """A sample value as prometheus_client writes it."""
+    if value == math.inf:
+        return "+Inf"
+    return repr(float(value))
+
+
+class Metrics:
+    """What a server's tokenizer counted and what its scheduler sees, under the installed sglang's names."""
+
+    def __init__(self, declared, model, args):
+        self.declared, self.lock = declared, threading.Lock()
+        self.tokenizer = {"model_name": model}
+        self.scheduler = {"model_name": model, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",
+                          "moe_ep_rank": "0"}
+        self.kv_tokens = int(args.get("max_total_tokens") or KV_TOKENS)
+        self.max_running = int(args.get("max_running_requests") or 0)
+        self.counters = dict.fromkeys(TOKENIZER_COUNTERS, 0.0)
+        # Per histogram: the count in each bucket (not cumulative, +Inf last) and the sum.
+        self.histograms = {name: [[0] * (len(declared[name][2]) + 1), 0.0] for name in TOKENIZER_HISTOGRAMS}
+        self.held = 0          # KV tokens of the requests in flight
+        self.generated = []    # (monotonic time, tokens) of the last THROUGHPUT_WINDOW seconds
+
+    def begin(self, prompt_tokens, max_tokens):
+        with self.lock:
+            self.counters["prompt_tokens_total"] += prompt_tokens
+            self.held += prompt_tokens + max_tokens
+
+    def end(self, prompt_tokens, max_tokens):
+        with self.lock:
+            self.held -= prompt_tokens + max_tokens
+
+    def tokens(self, first_token_seconds, gaps):
+        """One request's output: the time to its first token and the gaps between the next ones."""
+        with self.lock:
+            self.observe("time_to_first_token_seconds", first_token_seconds)
+            for gap in gaps:
+                self.observe("inter_token_latency_seconds", gap)
+            self.counters["generation_tokens_total"] += 1 + len(gaps)
+            self.generated.append((time.monotonic(), 1 + len(gaps)))
+
+    def observe(self, name, seconds):
+        counts, bounds = self.histograms[name][0], self.declared[name][2]
+        counts[next((i for i, bound in enumerate(bounds) if seconds <= bound), len(bounds))] += 1
+        self.histograms[name][1] += seconds
+
+    def render(self, in_flight, accept_length):
+        """The exposition, as prometheus_client's multiprocess collector writes sglang's."""
+        with self.lock:
+            now = time.monotonic()
+            self.generated = [(t, n) for t, n in self.generated if now - t <= THROUGHPUT_WINDOW]
+            gauges = {"num_running_reqs": in_flight if not self.max_running else min(in_flight, self.max_running),
+                      "num_queue_reqs": max(0, in_flight - self.max_running) if self.max_running else 0,
+                      "token_usage": round(min(1.0, self.held / self.kv_tokens), 4),
+                      "gen_throughput": sum(n for _t, n in self.generated) / THROUGHPUT_WINDOW,
+                      "spec_accept_length": accept_length}
+            lines = []
+
+            def family(name, kind):  # a counter's lines carry its _total name in the text format 0.0.4
+                lines.extend(["# HELP sglang:%s %s" % (name, self.declared[name][1]), "# TYPE sglang:%s %s" % (name, kind)])
+
+            def sample(name, labels, value):
+                text = ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"')) for k, v in labels)
+                lines.append("sglang:%s{%s} %s" % (name, text, number(value)))
+
+            for name in SCHEDULER_GAUGES:
+                family(name, "gauge")
+                sample(name, [(k, self.scheduler[k]) for k in SCHEDULER_LABELS], gauges[name])
+            labels = [(k, self.tokenizer[k]) for k in TOKENIZER_LABELS]
+            for name in TOKENIZER_COUNTERS:
+                family(name, "counter")
+                sample(name, labels, self.counters[name])
+            for name in TOKENIZER_HISTOGRAMS:
+                family(name, "histogram")
+                counts, total = self.histograms[name]
+                running = 0
+                for bound, count in zip(self.declared[name][2] + [math.inf], counts):
+                    running += count
+                    sample(name + "_bucket", labels + [("le", number(bound))], running)
+                sample(name + "_count", labels, running)
+                sample(name + "_sum", labels, total)
+            return "\n".join(lines) + "\n"
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "sglang-fleet-lab"
 
@@ -100,6 +240,14 @@ class Handler(BaseHTTPRequestHandler):
         body = json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_text(self, text):
+        body = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -119,6 +267,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {})
         if self.server.dummy:  # a rank >= 1 serves nothing else
             return self.send_json(404, {"error": "not found"})
+        if path == "/metrics" and self.server.metrics:  # no key asked, as sglang's auth lets /metrics by
+            return self.send_text(self.server.metrics.render(self.server.in_flight, self.server.accept_length
+                                                             if self.server.speculative else 0.0))
         if not self.authorized():
             return None
         if path == "/model_info" or path == "/get_model_info":
@@ -164,7 +315,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/generate":
             text = answer_for(str(request.get("text", "")), self.server.mode)
             tokens = int((request.get("sampling_params") or {}).get("max_new_tokens") or 16)
-            time.sleep(min(tokens, 64) / self.server.tokens_per_second)
+            with self.counted(len(str(request.get("text", "")).split()), tokens):
+                self.decode_at_once(tokens)
             return self.send_json(200, {"text": text, "meta_info": {"id": "lab", "completion_tokens": tokens,
                                                                     "finish_reason": {"type": "stop"}}})
         if self.path == "/v1/chat/completions":
@@ -175,8 +327,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(404, {"error": "not found"})
         text = answer_for(prompt, self.server.mode)
         max_tokens = int(request.get("max_tokens") or 16)
+        with self.counted(len(prompt.split()), max_tokens):
+            self.complete(request, prompt, text, max_tokens)
+
+    def complete(self, request, prompt, text, max_tokens):
         if not request.get("stream"):
-            time.sleep(min(max_tokens, 64) / self.server.tokens_per_second)
+            self.decode_at_once(max_tokens)
             if self.path == "/v1/chat/completions":
                 choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
             else:
@@ -195,9 +351,37 @@ class Handler(BaseHTTPRequestHandler):
             with self.server.lock:
                 self.server.streams -= 1
 
+    @contextlib.contextmanager
+    def counted(self, prompt_tokens, max_tokens):
+        """A request's tokens held in the KV cache while it runs, for /metrics."""
+        metrics = self.server.metrics
+        if metrics:
+            metrics.begin(prompt_tokens, max_tokens)
+        try:
+            yield
+        finally:
+            if metrics:
+                metrics.end(prompt_tokens, max_tokens)
+
+    def decode_at_once(self, tokens):
+        """A whole answer at once: the simulated decode of its tokens (64 at most), timed token by token."""
+        shown = max(1, min(tokens, 64))
+        seconds = shown / self.server.tokens_per_second
+        time.sleep(seconds)
+        if self.server.metrics:
+            self.server.metrics.tokens(seconds / shown, [seconds / shown] * (shown - 1))
+
     def stream(self, max_tokens):
+        started = last = time.monotonic()
+        first, gaps = None, []
         for i in range(max_tokens):
             time.sleep(1.0 / stream_speed(self.server, self.server.streams))
+            now = time.monotonic()
+            if first is None:
+                first = now - started
+            else:
+                gaps.append(now - last)
+            last = now
             piece = {"index": 0, "finish_reason": None}
             if self.path == "/v1/chat/completions":
                 piece["delta"] = {"content": "tok "}
@@ -206,6 +390,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps({"id": "lab", "choices": [piece]}).encode() + b"\n\n")
             self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")
+        if self.server.metrics and first is not None:
+            self.server.metrics.tokens(first, gaps)
 
 
 class Server(ThreadingHTTPServer):
@@ -297,6 +483,13 @@ def main(argv):
     server.speculative = bool(parsed.get("speculative_algorithm"))
     server.accept_length = accept_length(parsed, site)
     server.streams, server.lock = 0, threading.Lock()
+    server.metrics = None
+    if parsed.get("enable_metrics") and not server.dummy:
+        try:
+            server.metrics = Metrics(served_metrics(site), server.model, parsed)
+        except (OSError, ValueError, SyntaxError) as error:
+            sys.stderr.write("lab-server: --enable-metrics: %s\n" % error)
+            return 2
     RUNNING["server"] = server
     signal.signal(signal.SIGTERM, lambda *_: stop(server))
     if server.dummy:

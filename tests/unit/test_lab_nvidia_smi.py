@@ -78,3 +78,51 @@ def test_topo_m_has_the_real_layout(lab_smi):
 def test_a_bad_p2p_mode_is_refused_as_the_real_one_does(lab_smi):
     real = (X2 / "topo-p2p-errors.txt").read_text().split("rc=")[0]
     assert lab_smi("topo", "-p2p", "x", config=H200_X2) == (2, real)
+
+
+# The GPU textfile collector's query (files/monitoring/nvidia_smi_textfile.py), against the H200 capture
+# taken with that same field list. The capture's sensor readings are given as the GPU's sensors.
+H200_SENSORS = {"temperature.gpu": "39", "temperature.memory": "39", "power.limit": "700.00",
+                "clocks.sm": "345", "clocks.mem": "3201", "clocks.max.sm": "1980", "clocks.max.mem": "3201",
+                "pstate": "P0"}
+
+
+def load_collector():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("nvidia_smi_textfile", ROOT / "files/monitoring/nvidia_smi_textfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("fmt,capture,power", [("csv,noheader,nounits", "h200-monitoring-noheader-nounits.csv", "79.55"),
+                                               ("csv", "h200-monitoring-header.csv", "79.54")])
+def test_the_collector_s_query_matches_the_real_capture(lab_smi, fmt, capture, power):
+    fields = ",".join(load_collector().query_fields())
+    gpu = dict(H200["gpus"][0], uuid="GPU-0c5f0f93-4a22-10df-83a5-5950f209c9ac",
+               sensors=dict(H200_SENSORS, **{"power.draw": power}))
+    assert lab_smi("--query-gpu=" + fields, "--format=" + fmt, config=dict(H200, gpus=[gpu])) == \
+        (0, (SMI / capture).read_text())
+
+
+def test_the_collector_reads_every_gpu_of_a_lab_node(lab_smi, tmp_path):
+    """What the collector's timer runs on a lab node: its own command line, the lab's idle readings."""
+    collector = load_collector()
+    lab = dict(H200, gpus=[dict(H200["gpus"][0], index=i, uuid="GPU-%d" % i) for i in range(8)])
+    (tmp_path / "gpus.json").write_text(json.dumps(lab))
+    smi = tmp_path / "nvidia-smi"  # installed 0755 on a lab node
+    smi.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, FAKE))
+    smi.chmod(0o755)
+    out = tmp_path / "nvidia_smi.prom"
+    proc = subprocess.run([sys.executable, str(ROOT / "files/monitoring/nvidia_smi_textfile.py"), "--output", str(out),
+                           "--nvidia-smi", str(smi), "--expect-gpus", "8", "--kernel-log", "none"],
+                          capture_output=True, text=True, env={"LAB_GPU_CONFIG": str(tmp_path / "gpus.json"),
+                                                               "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "nvidia_smi_up 1" in text and "nvidia_smi_gpus_visible 8" in text
+    assert len(collector.parse_query(lab_smi("--query-gpu=" + ",".join(collector.query_fields()),
+                                             "--format=csv,noheader,nounits", config=lab)[1])) == 8
+    assert 'nvidia_smi_temperature_gpu_celsius{gpu="7"' in text
+    check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -1,0 +1,205 @@
+"""The monitoring stage over the lab fleet: Debian's real Prometheus and Alertmanager on rt-telemetry,
+scraping the servers' /metrics (the lab fixture serves sglang 0.5.9's own names), the real router's
+exporter, and node_exporter with the GPU collector on every GPU node. Every dashboard query must return
+series here, and a stopped server must fire SglangServerDown after its `for:` and resolve once back.
+
+These tests run first in the scenario (file order) and leave the fleet as they found it. Prometheus is
+asked from its own node (curl there); the screenshot's Chromium runs on the controller inside the pod's
+network namespace, so every request stays on the pod's loopback."""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+
+import yaml
+
+from conftest import INVENTORY, ROOT, WORKERS, Load, say, sh, workers
+from fleet import report, run_playbook
+
+MONITOR = "rt-telemetry"  # after rt-router in the inventory: 127.0.1.5
+PROMETHEUS = "http://127.0.1.5:9090"
+ALERTMANAGER = "http://127.0.1.5:9093"
+SCRAPE = 5  # seconds: fleet_monitoring_scrape_interval and _evaluation_interval in inventory/lab/group_vars
+SERVING = {"rt-gpu-1", "rt-gpu-2"}  # rank 0 of each unit: rt-gpu-3 is rank 1 of rt-gpu-2's group
+GPU_NODES = {"rt-gpu-1", "rt-gpu-2", "rt-gpu-3"}
+DASHBOARD = ROOT / "files/monitoring/grafana/dashboards/sglang-fleet.json"
+# Grafana's values at a 5 s scrape interval: $__rate_interval is max(4 x scrape, $__interval + scrape).
+GRAFANA_VARS = {"$__rate_interval": "20s", "$__interval": "5s", "$__range": "5m"}
+# The hosts each panel must show here (the unit test's fleet is a different one).
+PANELS = {
+    "Fleet output throughput (generation tokens/s)": SERVING,
+    "Time to first token (TTFT) p50 / p90 / p99": SERVING,
+    "Inter-token latency (ITL) p50 / p90 / p99": SERVING,
+    "Queue: requests waiting and running": SERVING,
+    "KV-cache use": SERVING,
+    "EAGLE-3 accept length per host": SERVING,
+    "Router worker health": {"rt-router"},
+    "Scrape targets up": GPU_NODES | {"rt-router"},
+    "GPU utilisation": GPU_NODES,
+    "GPU memory used": GPU_NODES,
+    "GPU temperature": GPU_NODES,
+    "GPU XID and uncorrectable ECC errors": GPU_NODES,
+    "GPUs visible / expected": GPU_NODES,
+}
+SCREENSHOTS = ROOT / ".cache/lab-monitoring"
+
+
+def api(path, base=PROMETHEUS, **params):
+    """Prometheus's (or Alertmanager's) HTTP API, asked on the monitoring node."""
+    url = "%s/api/%s%s" % (base, path, "?" + urllib.parse.urlencode(params) if params else "")
+    body = json.loads(sh(MONITOR, "curl -sf -m 30 '%s'" % url).stdout)
+    if base == PROMETHEUS:
+        assert body["status"] == "success", body
+        return body["data"]
+    return body
+
+
+def query(expr):
+    return api("v1/query", query=expr)["result"]
+
+
+def server_down_alerts():
+    return [a for a in api("v1/alerts")["alerts"] if a["labels"]["alertname"] == "SglangServerDown"]
+
+
+def wait(what, predicate, timeout, step=1.0, explain=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "%s: not within %d s %s" % (what, timeout, explain())
+        time.sleep(step)
+
+
+def targets():
+    return [(t["labels"]["job"], t["labels"].get("host"), t["labels"]["instance"], t["health"])
+            for t in api("v1/targets", state="active")["activeTargets"]]
+
+
+def in_pod_network(argv):
+    """argv run on the controller in the pod's network namespace (rt-telemetry's), as root or rootless."""
+    pid = subprocess.run(["podman", "inspect", "-f", "{{.State.Pid}}", MONITOR], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    enter = ["nsenter", "-t", pid, "-n", "--"]
+    return enter + argv if os.geteuid() == 0 else ["podman", "unshare", *enter, *argv]
+
+
+def screenshot(url, path):
+    """The page as headless Chromium renders it, saved as a PNG, and the text tesseract reads from it."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    tesseract = shutil.which("tesseract")
+    assert chromium and tesseract, "chromium and tesseract-ocr are missing: bin/setup installs them"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as profile:
+        shot = subprocess.run(in_pod_network([
+            chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            "--user-data-dir=" + profile, "--force-device-scale-factor=2", "--window-size=1280,1400",  # every rule group of the page
+            "--virtual-time-budget=5000", "--screenshot=" + str(path), url]), capture_output=True, text=True, timeout=120)
+    assert shot.returncode == 0 and path.stat().st_size > 0, shot.stderr[-2000:]
+    return subprocess.run([tesseract, str(path), "-"], capture_output=True, text=True, check=True).stdout
+
+
+def test_prometheus_scrapes_rank_0_of_each_server_the_router_and_every_gpu_node():
+    def all_up():
+        found = targets()
+        return found if all(health == "up" for *_rest, health in found) else None
+    found = wait("every target up", all_up, 60, explain=lambda: [t for t in targets() if t[-1] != "up"])
+    assert {(job, host) for job, host, _instance, _health in found} == (
+        {("sglang_server", h) for h in SERVING} | {("sglang_router", "rt-router")}
+        | {("node", h) for h in GPU_NODES} | {("prometheus", MONITOR), ("alertmanager", MONITOR)})
+    # At the addresses the hosts advertise (inventory/lab/group_vars: 127.0.1.N), never 0.0.0.0.
+    instances = {(job, host): instance for job, host, instance, _health in found}
+    assert instances[("sglang_server", "rt-gpu-1")] == "127.0.1.1:30000"
+    assert instances[("sglang_router", "rt-router")] == "127.0.1.4:29000"
+    assert instances[("node", "rt-gpu-3")] == "127.0.1.3:9100"
+    # The servers' own series, in the server's spelling, and the GPU collector's through node_exporter.
+    assert {row["metric"]["host"] for row in query('sglang:num_running_reqs{job="sglang_server"}')} == SERVING
+    visible = {row["metric"]["host"]: row["value"][1] for row in query("nvidia_smi_gpus_visible")}
+    assert visible == {host: "8" for host in GPU_NODES}
+    # Prometheus sends its alerts to the stage's Alertmanager.
+    assert [a["url"] for a in api("v1/alertmanagers")["activeAlertmanagers"]] == [ALERTMANAGER + "/api/v2/alerts"]
+
+
+def test_a_monitoring_rerun_changes_nothing_and_the_report_counts_the_targets():
+    run = run_playbook(ROOT / "playbooks/monitoring.yml", INVENTORY)
+    assert run.rc == 0, run.failure_summary
+    assert {host: r.changed for host, r in run.hosts.items() if r.changed} == {}
+    assert "i %s: Prometheus %s: 8 of 8 targets up" % (MONITOR, PROMETHEUS) in report(run)
+
+
+def expand(expr, hosts):
+    for name, value in GRAFANA_VARS.items():
+        expr = expr.replace(name, value)
+    return expr.replace("$host", "(%s)" % "|".join(sorted(hosts)))
+
+
+def test_every_dashboard_query_returns_series_from_the_lab_fleet(capsys):
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    assert [panel["title"] for panel in panels] == list(PANELS)
+    # Through the router (its own metrics), and straight to each server: the router's cache-aware
+    # policy sends one prompt to one worker, and every server's panels need its own requests.
+    loads = [Load("monitoring-load", concurrency=1, seconds=120)] + [
+        Load("monitoring-load-%s" % host, concurrency=1, seconds=120, url=WORKERS[host]) for host in sorted(SERVING)]
+    try:
+        time.sleep(5 * SCRAPE)  # a rate window's samples of the load, in every server's counters
+        empty = []
+        for panel in panels:
+            for target in panel["targets"]:
+                expr = expand(target["expr"], GPU_NODES)
+                rows = query(expr)
+                hosts = {row["metric"]["host"] for row in rows if "host" in row["metric"]}
+                if not rows or any(not math.isfinite(float(row["value"][1])) for row in rows):
+                    empty.append("%s [%s]: %s -> %s" % (panel["title"], target["refId"], expr, rows))
+                elif hosts:
+                    assert hosts == PANELS[panel["title"]], (panel["title"], target["refId"], hosts)
+        assert not empty, "\n".join(empty)
+    finally:
+        summaries = [load.finish() for load in loads]
+    for summary in summaries:
+        assert summary["failed"] == 0 and summary["sent"] > 0, summary
+    say(capsys, "every dashboard query returned series, under %s requests through the router and to each server"
+        % " + ".join(str(summary["sent"]) for summary in summaries))
+
+
+def test_a_stopped_server_fires_sglang_server_down_after_its_for_and_resolves_once_back(capsys):
+    rules = yaml.safe_load((ROOT / "files/monitoring/rules/sglang.yml").read_text())
+    (rule,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "SglangServerDown"]
+    hold = {"s": 1, "m": 60}[rule["for"][-1]] * int(rule["for"][:-1])
+    assert not server_down_alerts()
+    stopped = time.monotonic()
+    sh("rt-gpu-1", "systemctl stop sglang")
+    try:
+        seen = set()
+
+        def firing():
+            alerts = server_down_alerts()
+            seen.update(a["state"] for a in alerts)
+            return [a for a in alerts if a["state"] == "firing"]
+        # A scrape to see it down, `for:` to hold, an evaluation round to fire: never before `for:`.
+        alerts = wait("SglangServerDown firing", firing, hold + 4 * SCRAPE + 10)
+        fired = time.monotonic() - stopped
+        assert "pending" in seen and fired >= hold, (seen, fired)
+        assert [(a["labels"]["host"], a["labels"]["instance"], a["labels"]["severity"]) for a in alerts] == [
+            ("rt-gpu-1", "127.0.1.1:30000", "critical")]
+        assert "rt-gpu-1" in alerts[0]["annotations"]["summary"]
+        # Alertmanager holds it, as an operator's receivers would get it.
+        held = wait("the alert in Alertmanager", lambda: [a for a in api("v2/alerts", base=ALERTMANAGER)
+                                                          if a["labels"]["alertname"] == "SglangServerDown"], 30)
+        assert held[0]["labels"]["host"] == "rt-gpu-1" and held[0]["status"]["state"] == "active"
+        # Prometheus's own alerts page (Debian's package serves the classic UI, under /classic/).
+        text = screenshot(PROMETHEUS + "/classic/alerts", SCREENSHOTS / "alerts-firing.png")
+        assert re.search(r"SglangServerDown \(1 active\)", text), text
+        assert re.search(r"Firing \(1\)", text), text
+    finally:
+        sh("rt-gpu-1", "systemctl start sglang")
+    back = time.monotonic()
+    wait("rt-gpu-1 healthy in the router", lambda: workers().get(WORKERS["rt-gpu-1"]), 60)
+    wait("SglangServerDown resolved", lambda: not server_down_alerts(), 4 * SCRAPE + 30)
+    say(capsys, "SglangServerDown fired %.0f s after the stop (for: %s) and resolved %.0f s after the start; "
+        "screenshot: %s" % (fired, rule["for"], time.monotonic() - back, SCREENSHOTS / "alerts-firing.png"))
