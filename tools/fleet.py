@@ -213,6 +213,22 @@ def describe_monitoring(status: dict) -> str:
                                                       " (down: %s)" % ", ".join(down) if down else "")
 
 
+def describe_router(state: dict) -> str:
+    """'healthy, 2/2 workers in, known answer right (0.4s)' from the router stage's check."""
+    if state.get("checked") in (False, "False", "false"):
+        return "not checked (check mode)"
+    return "healthy, %s/%s workers in, known answer right (%ss)" % (
+        state.get("healthy_workers"), state.get("workers"), state.get("waited"))
+
+
+def describe_server_routers(states: list) -> str:
+    """'out of router-1, router-2 (failed its gate; …)' for a host its gate kept out, else ''."""
+    out = [s.get("router") for s in states or [] if s.get("state") == "failed-gate"]
+    if not out:
+        return ""
+    return "out of %s (failed its gate; its drain lease is marked failed, so the healer leaves it out)" % ", ".join(out)
+
+
 def describe_server(facts: dict) -> str:
     """The server stage's finding (sglang_server_state, with sglang_server_group for a rank >= 1), in words."""
     state = facts.get("sglang_server_state")
@@ -265,7 +281,8 @@ def report(run: PlaybookRun) -> str:
                      str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f), describe_accept(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
                      str(f.get("sglang_verify_status") or (describe_server(f) if f.get("sglang_server_state") else
-                                                           f.get("sglang_router_status", "-")))))
+                                                           describe_router(f["sglang_router_state"])
+                                                           if f.get("sglang_router_state") else "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Fleet report: %s, %d host(s), %s" % (run.playbook, len(hosts), run.status)]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -295,8 +312,9 @@ def report(run: PlaybookRun) -> str:
         for lease in r.facts.get("sglang_router_leases") or []:
             lines.append("  i %s: worker %s (%s) %s" % (host, lease.get("worker"), lease.get("host") or "?",
                                                        lease.get("summary") or lease.get("state")))
-        if "out of" in str(r.facts.get("sglang_server_router_state") or ""):
-            lines.append("  i %s: %s" % (host, r.facts["sglang_server_router_state"]))
+        routers_out = describe_server_routers(r.facts.get("sglang_server_router_state"))
+        if routers_out:
+            lines.append("  i %s: %s" % (host, routers_out))
         for worker in r.facts.get("sglang_router_workers") or []:
             ranks = worker.get("ranks") or []
             lines.append("  i %s: router worker %s%s at %s: %s" % (

@@ -118,7 +118,7 @@ def test_the_router_its_workers_and_a_multi_node_group_as_one_server():
                                           "sglang_server_group": dict(group, rank=1)}),
         "localhost": HostResult(ok=2),  # the rollout plan: no row, not counted
         "router-1": HostResult(ok=16, facts={
-            "sglang_router_status": "healthy, 1/2 workers in, known answer right (0.1s)",
+            "sglang_router_state": {"checked": True, "healthy_workers": 1, "workers": 2, "waited": 0.1},
             "sglang_router_workers": [
                 {"unit": "gpu-1", "ranks": ["gpu-1"], "url": "http://10.0.0.1:30000", "in": False, "healthy": False},
                 {"unit": "tp_a", "ranks": ["gpu-2", "gpu-3"], "url": "http://10.0.0.2:30000", "in": True,
@@ -137,9 +137,25 @@ def test_the_router_its_workers_and_a_multi_node_group_as_one_server():
 
 
 def test_a_host_that_failed_its_gate_says_it_is_out_of_the_router():
-    run = PlaybookRun("site.yml", ["inventory/lab"], "failed", 2, {"gpu-1": HostResult(ok=30, failed=1, facts={
-        "sglang_server_router_state": "out of router-1 (failed its gate)"})})
-    assert "  i gpu-1: out of router-1 (failed its gate)" in report(run)
+    run = PlaybookRun("site.yml", ["inventory/lab"], "failed", 2, {
+        "gpu-1": HostResult(ok=30, failed=1, facts={"sglang_server_router_state": [
+            {"router": "router-1", "state": "failed-gate"}, {"router": "router-2", "state": "failed-gate"}]}),
+        "gpu-2": HostResult(ok=30, facts={"sglang_server_router_state": [
+            {"router": "router-1", "state": "in"}, {"router": "router-2", "state": "would-return"}]})})
+    text = report(run)
+    assert ("  i gpu-1: out of router-1, router-2 (failed its gate; its drain lease is marked failed, so the "
+            "healer leaves it out)") in text
+    assert "i gpu-2:" not in text  # in, or back in by this run: no news
+
+
+def test_a_router_checked_says_how_many_workers_are_in_and_a_check_run_says_it_checked_nothing():
+    def row(state):
+        text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+            "router-1": HostResult(ok=16, facts={"sglang_router_state": state})}))
+        return [line for line in text.splitlines() if line.startswith("  router-1")][0]
+    assert row({"checked": True, "healthy_workers": "2", "workers": "2", "waited": "0.4"}).endswith(
+        "healthy, 2/2 workers in, known answer right (0.4s)")
+    assert row({"checked": False, "healthy_workers": 0, "workers": 2, "waited": 0.0}).endswith("not checked (check mode)")
 
 
 def test_the_monitoring_host_names_prometheus_and_how_many_targets_are_up():
