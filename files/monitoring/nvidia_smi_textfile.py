@@ -192,7 +192,9 @@ def read_kernel_log(source):
             done = subprocess.run(KERNEL_LOGS[name], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             continue
-        if done.returncode == 0:
+        # A booted host's kernel log is never empty: journalctl's empty answer (exit 0) means no journal
+        # holds it (no journald), not a log without XIDs.
+        if done.returncode == 0 and (done.stdout.strip() or name != "journalctl"):
             return name, done.stdout.splitlines()
     return None, []
 
