@@ -122,7 +122,7 @@ def test_a_failing_nvidia_modprobe_fails_the_unit(tmp_path, monkeypatch):
 
 
 def test_the_role_installs_the_script_the_unit_runs():
-    tasks = yaml.safe_load((ROOT / "roles/sglang_server/tasks/unit.yml").read_text())  # the units and their files
+    tasks = yaml.safe_load((ROOT / "roles/sglang_server/tasks/gpu_init.yml").read_text())  # the unit and its script
     copies = [t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t]
     (copy,) = [c for c in copies if c.get("src") == SCRIPT.name]
     assert copy["dest"] == "{{ __sglang_server_gpu_init_script }}" and copy["mode"] == "0755"
