@@ -18,6 +18,7 @@ INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 NODES = ["fleet-gpu-1", "fleet-gpu-2"]
 SECRETS = ["lab-secret-%s-4f9c" % n for n in NODES]
 UNIT = "/etc/systemd/system/sglang.service"
+FUSION_RECORD = "/etc/ansible/facts.d/sglang_server_fusion.fact"  # the server stage's decision, which verify reads
 CONCURRENCIES = [1, 8]
 testinfra_hosts = ["podman://" + NODES[0]]
 
@@ -28,6 +29,11 @@ def nodes(host):
 
 def unit_digests(host):
     return [hashlib.sha256(node.file(UNIT).content).hexdigest() for node in nodes(host)]
+
+
+def fusion_records(host):
+    """Each node's fusion record and when it was last written (fleet_record writes only on a change)."""
+    return [(node.file(FUSION_RECORD).content_string, node.file(FUSION_RECORD).mtime) for node in nodes(host)]
 
 
 def test_verify_reads_the_server_s_own_configuration_and_changes_nothing():
@@ -51,7 +57,7 @@ def test_verify_names_what_differs_from_the_inventory():
 def ab_run(host, tmp_path_factory):
     """One verify + bench + A/B over both nodes, through the report tool (ansible-runner), at the
     two concurrencies where the lab's speed model puts the verdicts (a third costs 80 s of CI)."""
-    before = unit_digests(host)
+    before = unit_digests(host), fusion_records(host)
     out = tmp_path_factory.mktemp("bench-report")
     report, run = bench_report.run([INVENTORY], ab=True, extravars={"sglang_bench_concurrencies": CONCURRENCIES,
                                                                      "sglang_bench_fusion_ab": True}, out=out)
@@ -91,8 +97,11 @@ def test_the_slower_host_is_flagged_and_its_peer_is_not(ab_run):
 
 
 def test_both_nodes_end_on_their_original_unit_and_serve(host, ab_run):
-    before, _, _, _ = ab_run
-    assert unit_digests(host) == before
+    (units, records), _, _, _ = ab_run
+    assert unit_digests(host) == units
+    # The toggled units were measurements, never the server stage's decision: its record was not
+    # rewritten, not even for the time of the fusion A/B (a run that dies there leaves it right).
+    assert fusion_records(host) == records
     for node in nodes(host):
         assert node.service("sglang").is_running
         assert "--speculative-algorithm EAGLE3" in node.file(UNIT).content_string
@@ -119,7 +128,7 @@ def test_the_plot_is_a_real_picture(ab_run):
 
 
 def test_a_failed_a_b_still_puts_the_original_unit_back(host, ab_run):
-    before = unit_digests(host)
+    before, records = unit_digests(host), fusion_records(host)
     node = nodes(host)[0]
     # The toggled server takes 30 s to load and the gate waits 5: the A/B fails after the toggle.
     node.check_output("printf '%s' '{\"mode\": \"healthy\", \"startup_seconds\": 30, \"tokens_per_second\": 40}' "
@@ -134,7 +143,7 @@ def test_a_failed_a_b_still_puts_the_original_unit_back(host, ab_run):
     finally:
         node.check_output("printf '%s' '{\"mode\": \"healthy\", \"startup_seconds\": 1, \"tokens_per_second\": 40}' "
                           "> /etc/lab-gpu/server.json && systemctl restart sglang")
-    assert unit_digests(host) == before
+    assert unit_digests(host) == before and fusion_records(host) == records
     assert run_playbook(ROOT / "site.yml", INVENTORY, tags="verify").rc == 0
 
 
