@@ -42,6 +42,28 @@ def _extracted(project, version):
     return target
 
 
+def load_collector():
+    """The GPU textfile collector (files/monitoring/nvidia_smi_textfile.py), a fresh module per call: a
+    script, not on any import path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("nvidia_smi_textfile", ROOT / "files/monitoring/nvidia_smi_textfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def labels_dict_keys(path, marker):
+    """The keys of the `labels = {...}` literal holding `marker`, as sglang's source builds it."""
+    import ast
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
+                isinstance(t, ast.Name) and t.id == "labels" for t in node.targets):
+            keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+            if marker in keys:
+                return keys
+    raise AssertionError(f"no labels dict with {marker} in {path}")
+
+
 @pytest.fixture
 def site_packages(tmp_path):
     """make(sglang_version=...) -> a fresh site-packages holding real sglang and flashinfer sources."""

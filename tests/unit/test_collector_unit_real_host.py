@@ -2,14 +2,13 @@
 captured in tests/fixtures/hosts/h200-driver580/monitoring/unit/): the unit the role renders today, run
 once by hand and once by its timer under its own sandbox, each run a textfile promtool reads that says the
 GPU answered; and what the collector's kernel-log commands gave its user there."""
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, load_collector
 from fleet import run_playbook
 
 CAPTURE = FIXTURES / "hosts/h200-driver580/monitoring/unit"
@@ -18,13 +17,6 @@ CAPTURE = FIXTURES / "hosts/h200-driver580/monitoring/unit"
 @pytest.fixture(scope="module")
 def record():
     return json.loads((CAPTURE / "collector-unit.json").read_text())
-
-
-def load_collector():
-    spec = importlib.util.spec_from_file_location("nvidia_smi_textfile", ROOT / "files/monitoring/nvidia_smi_textfile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_captured_units_are_the_ones_the_role_renders_today(record, tmp_path):

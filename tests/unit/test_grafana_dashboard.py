@@ -17,7 +17,6 @@ The recorded series the panels read (files/monitoring/rules/) are backfilled by 
 The data ends an hour ago: Prometheus's own rule evaluation (it runs with the repo's rule files) sees
 none of it, so a recorded series found at the end of the data can only come from the backfill."""
 import ast
-import importlib.util
 import json
 import math
 import random
@@ -32,7 +31,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import FIXTURES, PINNED, ROOT, _extracted
+from conftest import FIXTURES, PINNED, ROOT, _extracted, labels_dict_keys, load_collector
 
 GRAFANA = ROOT / "files/monitoring/grafana"
 DASHBOARD = GRAFANA / "dashboards/sglang-fleet.json"
@@ -100,25 +99,6 @@ def sglang_declared(upstream):
                 if isinstance(target, ast.Name) and target.id.startswith("bucket_"):
                     buckets[target.id[len("bucket_"):]] = ast.literal_eval(node.value)
     return names, buckets
-
-
-def labels_dict_keys(path, marker):
-    """The keys of the `labels = {...}` literal holding `marker`, as the source builds it."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
-                isinstance(t, ast.Name) and t.id == "labels" for t in node.targets):
-            keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
-            if marker in keys:
-                return keys
-    raise AssertionError(f"no labels dict with {marker} in {path}")
-
-
-def load_collector():
-    spec = importlib.util.spec_from_file_location("nvidia_smi_textfile",
-                                                  ROOT / "files/monitoring/nvidia_smi_textfile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- series ------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import nvidia_gpu_info
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, load_collector
 
 SMI = FIXTURES / "nvidia-smi"
 FAKE = ROOT / "files/lab/nvidia-smi.py"
@@ -85,14 +85,6 @@ def test_a_bad_p2p_mode_is_refused_as_the_real_one_does(lab_smi):
 H200_SENSORS = {"temperature.gpu": "39", "temperature.memory": "39", "power.limit": "700.00",
                 "clocks.sm": "345", "clocks.mem": "3201", "clocks.max.sm": "1980", "clocks.max.mem": "3201",
                 "pstate": "P0"}
-
-
-def load_collector():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("nvidia_smi_textfile", ROOT / "files/monitoring/nvidia_smi_textfile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("fmt,capture,power", [("csv,noheader,nounits", "h200-monitoring-noheader-nounits.csv", "79.55"),

@@ -1,7 +1,6 @@
 """The lab server fixture's /metrics (files/lab/sglang_lab_server.py): sglang 0.5.9's own names, help
 texts, buckets and labels, read from the real wheel's sources, in an exposition that promtool accepts
 and whose values follow the requests a user sends."""
-import ast
 import importlib.util
 import re
 import shutil
@@ -10,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, labels_dict_keys
 
 MODEL = "/models/nvidia/Kimi-K2.5-NVFP4"
 
@@ -22,17 +21,6 @@ def lab_server():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def label_keys(path, marker):
-    """The keys of the `labels = {...}` literal holding `marker`, as sglang's source builds it."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
-                isinstance(t, ast.Name) and t.id == "labels" for t in node.targets):
-            keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
-            if marker in keys:
-                return keys
-    raise AssertionError(f"no labels dict with {marker} in {path}")
 
 
 def samples(text):
@@ -63,8 +51,8 @@ def test_the_served_names_help_texts_and_buckets_are_the_wheel_s_own(lab_server,
 
 def test_the_labels_are_those_of_sglang_s_scheduler_and_tokenizer(lab_server, upstream_sglang):
     srt = upstream_sglang / "sglang/srt/managers"
-    assert list(lab_server.SCHEDULER_LABELS) == label_keys(srt / "scheduler_metrics_mixin.py", "engine_type")
-    assert list(lab_server.TOKENIZER_LABELS) == label_keys(srt / "tokenizer_manager.py", "model_name")
+    assert list(lab_server.SCHEDULER_LABELS) == labels_dict_keys(srt / "scheduler_metrics_mixin.py", "engine_type")
+    assert list(lab_server.TOKENIZER_LABELS) == labels_dict_keys(srt / "tokenizer_manager.py", "model_name")
 
 
 def test_a_release_that_renamed_a_metric_is_named_at_start(lab_server, upstream_sglang, tmp_path):

@@ -4,7 +4,6 @@ The captures (tests/fixtures/nvidia-smi/h200-monitoring-*, h200-help-query-gpu.t
 were taken on that host with the collector's own field list (`--print-query`); the kernel log there
 held NVRM lines but no XID, so the XID lines below are written in the driver's format
 ("NVRM: Xid (PCI:0000:3b:00): 79, ...") and put among the real ones."""
-import importlib.util
 import os
 import re
 import shutil
@@ -13,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, load_collector
 
 SCRIPT = ROOT / "files/monitoring/nvidia_smi_textfile.py"
 SMI = FIXTURES / "nvidia-smi"
@@ -23,9 +22,7 @@ KERNEL_LOG = (SMI / "h200-kernel-log.txt").read_text()
 UUID = "GPU-0c5f0f93-4a22-10df-83a5-5950f209c9ac"
 GPU = 'gpu="0",uuid="%s",name="NVIDIA H200"' % UUID
 
-spec = importlib.util.spec_from_file_location("nvidia_smi_textfile", SCRIPT)
-collector = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(collector)
+collector = load_collector()
 
 
 def promtool():
