@@ -184,11 +184,7 @@ def main():
     finally:
         if manager:
             manager.stop()
-        logs = []
-        for path in (work / "systemd.log", LOG):
-            if path.exists():
-                logs.append("==> %s <==\n%s" % (path, path.read_text(errors="replace")[-40000:]))
-        files["logs.txt"] = "\n".join(logs)
+        files["logs.txt"] = harness.log_tails([work / "systemd.log", LOG])
         if record.get("first", {}).get("textfile"):
             files["nvidia_smi.first.prom"] = record["first"]["textfile"]
         record["seconds"] = round(time.monotonic() - started, 1)

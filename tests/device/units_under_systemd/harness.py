@@ -85,6 +85,12 @@ def sh(argv, timeout=120, **kwargs):
         return {"argv": argv, "rc": None, "out": "", "err": repr(exc)}
 
 
+def log_tails(paths, tail=40000):
+    """The last `tail` characters of each log that exists, under a `==> PATH <==` header."""
+    return "\n".join("==> %s <==\n%s" % (path, path.read_text(errors="replace")[-tail:])
+                     for path in paths if path.exists())
+
+
 def brief(result, tail=2000):
     return {"rc": result["rc"], "out": result["out"][-tail:], "err": result["err"][-tail:]}
 
@@ -642,11 +648,7 @@ def main():
     finally:
         if manager:
             manager.stop()
-        logs = []
-        for path in (work / "systemd.log", LOG_DIR / "unit.log", LOG_DIR / "gpu-init.log"):
-            if path.exists():
-                logs.append("==> %s <==\n%s" % (path, path.read_text(errors="replace")[-40000:]))
-        files["logs.txt"] = "\n".join(logs)
+        files["logs.txt"] = log_tails([work / "systemd.log", LOG_DIR / "unit.log", LOG_DIR / "gpu-init.log"])
         record["seconds"] = round(time.monotonic() - started, 1)
         save("end")
         print(summary(record))
