@@ -77,6 +77,12 @@ waited:
   description: Seconds waited.
   returned: always
   type: float
+server_unreachable:
+  description:
+    - True when the server could not be asked (it is down) and I(unreachable_ok) let that count as drained.
+    - Not C(unreachable), which Ansible reads as the host itself being unreachable.
+  returned: when the server could not be asked
+  type: bool
 """
 
 import json
@@ -114,7 +120,7 @@ def drain(p, sleep=time.sleep, clock=time.monotonic, read=in_flight):
             if not p["unreachable_ok"]:
                 raise
             return {"drained": True, "in_flight": 0, "peak": peak, "waited": round(clock() - start, 1),
-                    "unreachable": True}
+                    "server_unreachable": True}
         peak = max(peak, last)
         zeros = zeros + 1 if last == 0 else 0
         if zeros >= p["settle"]:
