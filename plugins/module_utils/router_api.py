@@ -107,7 +107,9 @@ def ensure(p, check_mode=False, sleep=time.sleep, clock=time.monotonic):
         if key:
             payload["api_key"] = key
         call(router, key, "POST", "/workers", payload)
-    elif current["healthy"]:
+    elif current["healthy"] or check_mode:
+        # Listed: nothing to register. Waiting for it to turn healthy is a real run's (and the health
+        # gate's): a check run goes on at once, even past a server that is down.
         return False, listed, 0.0
     listed, waited = wait_for(router, key, p["timeout"], lambda ws: (find(ws, url) or {}).get("healthy"),
                               sleep, clock)

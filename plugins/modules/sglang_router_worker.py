@@ -81,7 +81,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: In check mode it reports what it would change, and changes nothing.
+    description: In check mode it reports what it would change, changes nothing and waits for nothing.
   diff_mode:
     support: none
     description: It returns no diff.

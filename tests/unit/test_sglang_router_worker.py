@@ -91,6 +91,16 @@ def test_check_mode_changes_nothing(router):
     assert list(router.state) == ["w1"] and router.posted == []
 
 
+def test_check_mode_does_not_wait_on_a_listed_worker_that_is_unhealthy(router):
+    """A server that is down stays listed: a check run (and the server stage's plan) finds nothing to
+    register and goes on at once; whether it is healthy is the health gate's to say, not a 120 s wait."""
+    router.state["w1"]["is_healthy"] = False
+    start = time.monotonic()
+    changed, listed, waited = worker.ensure(params(router, url="http://10.0.0.1:30000", timeout=3), check_mode=True)
+    assert (changed, waited) == (False, 0.0) and time.monotonic() - start < 1
+    assert [w["healthy"] for w in listed] == [False]
+
+
 def test_a_worker_that_never_turns_healthy_fails_with_its_url(router):
     router.worker_healthy = False
     with pytest.raises(worker.RouterError, match=r"http://10.0.0.2:30000 is not healthy in the router 1s"):
