@@ -16,27 +16,39 @@ def test_the_driver_reboot_rolls_one_host_at_a_time_and_a_failure_stops_the_play
     assert play["max_fail_percentage"] == 0
 
 
-def batches(tmp_path, monkeypatch, hosts, groups, extravars=None):
-    """The batches playbooks/server.yml's own play header makes of an inventory (its roles swapped
-    for a task that records each batch)."""
+def plan_tasks(*names):
+    """Tasks of the server stage's plan (roles/sglang_server/tasks/plan.yml), by name."""
+    tasks = {t["name"]: t for t in yaml.safe_load((ROOT / "roles/sglang_server/tasks/plan.yml").read_text())}
+    return [tasks[name] for name in names]
+
+
+def batches(tmp_path, monkeypatch, hosts, groups, extravars=None, changing=None):
+    """The batches playbooks/server.yml's own plays make of an inventory: the plan's tasks swapped for
+    the plan's own tasks that decide who rolls out, fed with which hosts change (every host unless
+    `changing` names them), the rollout's for a task that records each batch."""
     monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "facts"))
-    plan, play = yaml.safe_load((ROOT / "playbooks/server.yml").read_text())
-    assert play["max_fail_percentage"] == 0
-    play.pop("pre_tasks"), play.pop("roles")
-    play["tasks"] = [{"name": "The batch is recorded", "ansible.builtin.set_fact": {
+    named, plan, planner, rollout = yaml.safe_load((ROOT / "playbooks/server.yml").read_text())
+    assert plan["max_fail_percentage"] == 0 and rollout["max_fail_percentage"] == 0
+    assert "serial" not in plan and rollout["hosts"] == "sglang_server_rollout"
+    plan.pop("pre_tasks")
+    plan["tasks"] = [{"name": "Whether this host changes is given", "ansible.builtin.set_fact": {
+        "__sglang_server_rollout_needed": "{{ inventory_hostname in %r }}" % list(changing or hosts)}}]
+    plan["tasks"] += plan_tasks("A multi-node group rolls out as one", "A host that rolls out joins the rollout's group")
+    rollout["tasks"] = [{"name": "The batch is recorded", "ansible.builtin.set_fact": {
         "sglang_batch": "{{ ansible_play_batch }}"}}]
-    (tmp_path / "server.yml").write_text(yaml.safe_dump([plan, play]))
+    (tmp_path / "server.yml").write_text(yaml.safe_dump([named, plan, planner, rollout]))
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = {"gpu_nodes": {"hosts": {h: dict(local) for h in hosts}}}
+    inventory = {"gpu_nodes": {"hosts": {h: dict(local, __sglang_server_group_hosts=[h]) for h in hosts}}}
     for name, members in groups.items():
-        inventory[name] = {"hosts": {h: None for h in members}, "vars": {"sglang_server_multinode_group": name}}
+        inventory[name] = {"hosts": {h: {"__sglang_server_group_hosts": members} for h in members},
+                           "vars": {"sglang_server_multinode_group": name}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
     run = fleet.run_playbook(tmp_path / "server.yml", tmp_path / "hosts.yml", extravars=extravars)
     assert run.rc == 0, run.failure_summary
     seen = []
     for host in hosts:
-        batch = run.hosts[host].facts["sglang_batch"]
-        if batch not in seen:
+        batch = run.hosts[host].facts.get("sglang_batch")
+        if batch is not None and batch not in seen:
             seen.append(batch)
     return seen
 
@@ -44,6 +56,21 @@ def batches(tmp_path, monkeypatch, hosts, groups, extravars=None):
 def test_the_server_rolls_one_host_then_half_the_fleet_and_stops_at_the_first_failure(tmp_path, monkeypatch):
     assert batches(tmp_path, monkeypatch, ["n1", "n2", "n3", "n4", "n5"], {}) == [
         ["n1"], ["n2", "n3"], ["n4", "n5"]]
+
+
+def test_only_the_hosts_that_change_roll_and_their_batches_are_sized_on_them(tmp_path, monkeypatch):
+    """A host the plan found as it should be is in no batch: a rerun that changes one host of five
+    restarts that host alone, and one that changes nothing runs no rollout at all."""
+    hosts = ["n1", "n2", "n3", "n4", "n5"]
+    assert batches(tmp_path, monkeypatch, hosts, {}, changing=["n2", "n4", "n5"]) == [["n2"], ["n4"], ["n5"]]
+    assert batches(tmp_path, monkeypatch, hosts, {}, changing=["n3"]) == [["n3"]]
+    assert batches(tmp_path, monkeypatch, hosts, {}, changing=["nobody"]) == []
+
+
+def test_a_group_rolls_out_whole_when_one_of_its_ranks_changes(tmp_path, monkeypatch):
+    hosts = ["g1", "t1-r0", "t1-r1", "g2"]
+    assert batches(tmp_path, monkeypatch, hosts, {"t1": ["t1-r0", "t1-r1"]}, changing=["t1-r1"]) == [
+        ["t1-r0", "t1-r1"]]
 
 
 @pytest.mark.parametrize("serial, expected", [
@@ -60,3 +87,19 @@ def test_a_multi_node_group_is_never_split_across_batches(tmp_path, monkeypatch,
 def test_a_group_whose_hosts_are_apart_is_refused_before_any_batch(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="must stand together"):
         batches(tmp_path, monkeypatch, ["t1-r0", "g1", "t1-r1"], {"t1": ["t1-r0", "t1-r1"]})
+
+
+def test_a_lab_node_keeps_its_address_when_the_plan_adds_the_rollout_group(tmp_path):
+    """The lab's servers listen on 127.0.1.N by their place in the inventory: a group the plan adds
+    (group_by) reorders groups['all'], and a rolled-out node must not take another node's address."""
+    play = [{"hosts": "gpu_nodes", "gather_facts": False, "tasks": plan_tasks("A host that rolls out joins the rollout's group")
+             + [{"name": "The address is recorded", "ansible.builtin.set_fact": {"sglang_server_address_before": "{{ lab_node_address }}"}}]},
+            {"hosts": "sglang_server_rollout", "gather_facts": False, "tasks": [
+                {"name": "The address is recorded", "ansible.builtin.set_fact": {"sglang_server_address_after": "{{ lab_node_address }}"}}]}]
+    (tmp_path / "addresses.yml").write_text(yaml.safe_dump(play))
+    run = fleet.run_playbook(tmp_path / "addresses.yml", ROOT / "inventory/lab/hosts.yml", limit="gpu_nodes",
+                             extravars={"__sglang_server_rollout": "{{ inventory_hostname == 'lab-gpu-2' }}",
+                                        "ansible_connection": "local", "ansible_python_interpreter": sys.executable})
+    assert run.rc == 0, run.failure_summary
+    facts = run.hosts["lab-gpu-2"].facts
+    assert (facts["sglang_server_address_before"], facts["sglang_server_address_after"]) == ("127.0.1.2", "127.0.1.2")
