@@ -17,8 +17,10 @@ def test_the_driver_reboot_rolls_one_host_at_a_time_and_a_failure_stops_the_play
 
 
 def plan_tasks(*names):
-    """Tasks of the server stage's plan (roles/sglang_server/tasks/plan.yml), by name."""
-    tasks = {t["name"]: t for t in yaml.safe_load((ROOT / "roles/sglang_server/tasks/plan.yml").read_text())}
+    """Tasks of the server stage's plan (roles/sglang_server/tasks/plan.yml and the decide.yml it
+    imports), by name."""
+    tasks = {t["name"]: t for f in ("plan.yml", "decide.yml")
+             for t in yaml.safe_load((ROOT / "roles/sglang_server/tasks" / f).read_text())}
     return [tasks[name] for name in names]
 
 
@@ -32,15 +34,19 @@ def batches(tmp_path, monkeypatch, hosts, groups, extravars=None, changing=None)
     assert "serial" not in plan and rollout["hosts"] == "sglang_server_rollout"
     plan.pop("pre_tasks")
     plan["tasks"] = [{"name": "Whether this host changes is given", "ansible.builtin.set_fact": {
-        "__sglang_server_rollout_needed": "{{ inventory_hostname in %r }}" % list(changing or hosts)}}]
-    plan["tasks"] += plan_tasks("A multi-node group rolls out as one", "A host that rolls out joins the rollout's group")
+        "__sglang_server_restart_needed": "{{ inventory_hostname in %r }}" % list(changing or hosts)}}]
+    plan["tasks"] += plan_tasks("A multi-node group restarts as one",
+                                "Whether this host rolls out (its group's restart, or a way back into a router) is known",
+                                "A host that rolls out joins the rollout's group")
     rollout["tasks"] = [{"name": "The batch is recorded", "ansible.builtin.set_fact": {
         "sglang_batch": "{{ ansible_play_batch }}"}}]
     (tmp_path / "server.yml").write_text(yaml.safe_dump([named, plan, planner, rollout]))
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = {"gpu_nodes": {"hosts": {h: dict(local, __sglang_server_group_hosts=[h]) for h in hosts}}}
+    inventory = {"gpu_nodes": {"hosts": {h: dict(local, __sglang_server_group_hosts=[h], __sglang_server_rank0=h)
+                                         for h in hosts}}}
     for name, members in groups.items():
-        inventory[name] = {"hosts": {h: {"__sglang_server_group_hosts": members} for h in members},
+        inventory[name] = {"hosts": {h: {"__sglang_server_group_hosts": members, "__sglang_server_rank0": members[0]}
+                                     for h in members},
                            "vars": {"sglang_server_multinode_group": name}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
     run = fleet.run_playbook(tmp_path / "server.yml", tmp_path / "hosts.yml", extravars=extravars)
