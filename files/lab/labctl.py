@@ -30,6 +30,8 @@ Lab only: nothing in roles/ or playbooks/ uses this file.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -254,12 +256,22 @@ def pod_name(inventory: Path) -> str:
 def ssh_key() -> Path:
     """The lab's client key, made once per checkout (never a key of the user's own)."""
     key = SSH_DIR / "id_ed25519"
-    if not key.exists():
-        SSH_DIR.mkdir(parents=True, exist_ok=True)
-        SSH_DIR.chmod(0o700)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-fleet-lab", "-f", str(key)],
-                       check=True)
+    with ssh_dir_lock():
+        if not key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-fleet-lab", "-f", str(key)],
+                           check=True)
     return key
+
+
+@contextlib.contextmanager
+def ssh_dir_lock():
+    """Held while the lab's key or known_hosts is written: scenarios start their nodes at the same
+    time (bin/test's lanes), and none may lose its entry to another's rewrite, or make a second key."""
+    SSH_DIR.mkdir(parents=True, exist_ok=True)
+    SSH_DIR.chmod(0o700)
+    with open(SSH_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def running_current(name: str, pod: str) -> bool:
@@ -288,11 +300,17 @@ def authorize(name: str) -> None:
                     "chown ubuntu:ubuntu /home/ubuntu/.ssh/authorized_keys && "
                     "chmod 0600 /home/ubuntu/.ssh/authorized_keys"], input=public, text=True, check=True)
     kind, key = podman("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2]
-    lines = [line for line in (KNOWN_HOSTS.read_text().splitlines() if KNOWN_HOSTS.exists() else [])
-             if line.split(" ", 1)[0] != name]
-    partial = KNOWN_HOSTS.with_suffix(".part")
-    partial.write_text("\n".join(lines + [f"{name} {kind} {key}"]) + "\n")
-    partial.rename(KNOWN_HOSTS)
+    record_host_key(name, kind, key)
+
+
+def record_host_key(name: str, kind: str, key: str) -> None:
+    """The node's entry in the lab's known_hosts, replacing an earlier namesake's."""
+    with ssh_dir_lock():
+        lines = [line for line in (KNOWN_HOSTS.read_text().splitlines() if KNOWN_HOSTS.exists() else [])
+                 if line.split(" ", 1)[0] != name]
+        partial = KNOWN_HOSTS.with_suffix(".part")
+        partial.write_text("\n".join(lines + [f"{name} {kind} {key}"]) + "\n")
+        partial.rename(KNOWN_HOSTS)
 
 
 def close_ssh(name: str) -> None:
