@@ -199,7 +199,40 @@ def fleet_problems(host, hostvars):
     return problems
 
 
+def fleet_slice_problems(host, hostvars, groups):
+    """What makes this run's part of the fleet unsafe for `host`. fleet_gpu_nodes names every GPU host
+    of the whole fleet and each one's multi-node group; a run over a slice of it (AWX job slicing,
+    whose inventory holds only the slice's hosts, and groups only their slice's members) must hold
+    every rank of each group it holds, since a group's size is the count of its inventory group: a
+    split group would start as a smaller, wrong one."""
+    whole = fleet_settings(host, hostvars)["fleet_gpu_nodes"] or {}
+    here = list(groups.get("gpu_nodes") or [])
+    if not whole or host not in here:
+        return []
+    if not isinstance(whole, dict):
+        return ["fleet_gpu_nodes is %r: name every GPU host of the fleet, each with its multi-node group "
+                "(\"\" for a host that serves alone)" % (whole,)]
+    if host not in whole:
+        return ["%s is not in fleet_gpu_nodes, the whole fleet's GPU hosts: add it there" % host]
+    declared = str(whole[host] or "")
+    own = str(_vars(hostvars, host).get("sglang_server_multinode_group") or "")
+    if own != declared:
+        return ["%s: its sglang_server_multinode_group is %r, but fleet_gpu_nodes says %r: make them agree"
+                % (host, own, declared)]
+    if not declared:
+        return []
+    ranks = [name for name in whole if str(whole[name] or "") == declared]
+    elsewhere = [name for name in ranks if name not in here]
+    if elsewhere:
+        return ["multi-node group %s is split across slices: this run holds %s, but not %s; its ranks restart "
+                "as one group, so keep every rank of it in one slice, or run its stages in a job that is "
+                "not sliced"
+                % (declared, ", ".join(name for name in ranks if name in here), ", ".join(elsewhere))]
+    return []
+
+
 class FilterModule(object):
     def filters(self):
         return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_settings": fleet_settings,
-                "fleet_problems": fleet_problems, "fleet_pip_environment": fleet_pip_environment}
+                "fleet_problems": fleet_problems, "fleet_pip_environment": fleet_pip_environment,
+                "fleet_slice_problems": fleet_slice_problems}

@@ -7,7 +7,8 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 import fleet_layer
-from fleet_layer import fleet_defaults, fleet_pip_environment, fleet_problems, fleet_settings, fleet_topology, fleet_unit
+from fleet_layer import (fleet_defaults, fleet_pip_environment, fleet_problems, fleet_settings, fleet_slice_problems,
+                         fleet_topology, fleet_unit)
 from conftest import ROOT
 
 GROUPS = {"tp": ["b0", "b1"]}
@@ -136,3 +137,35 @@ def test_each_unit_names_the_model_it_serves_as_the_router_lists_it():
     found = fleet_topology(["a", "b0", "b1", "c"], hostvars, GROUPS)
     assert [u["model"] for u in found["units"]] == ["kimi-k2.5", "/models/nvidia/Kimi-K2.5-NVFP4",
                                                     "/models/lab-org/Kimi-K2.5-NVFP4-lab"]
+
+
+WHOLE = {"a": "", "b": "tp", "c": "tp", "d": ""}
+
+
+def _slice(hosts, whole=WHOLE):
+    return {h: {"fleet_gpu_nodes": whole, "sglang_server_multinode_group": whole.get(h, "")} for h in hosts}
+
+
+def test_a_slice_holding_one_rank_of_a_group_is_refused_naming_the_ranks_elsewhere():
+    hostvars = _slice(["a", "b"])
+    assert fleet_slice_problems("a", hostvars, {"gpu_nodes": ["a", "b"]}) == []
+    problems = fleet_slice_problems("b", hostvars, {"gpu_nodes": ["a", "b"]})
+    assert len(problems) == 1 and problems[0].startswith(
+        "multi-node group tp is split across slices: this run holds b, but not c;")
+
+
+def test_a_slice_with_the_whole_group_and_a_run_without_a_whole_fleet_pass():
+    assert fleet_slice_problems("b", _slice(["b", "c"]), {"gpu_nodes": ["b", "c"]}) == []
+    assert fleet_slice_problems("b", _slice(["b"], whole={}), {"gpu_nodes": ["b"]}) == []
+    # A router or monitoring host is no GPU host: nothing of its own to hold.
+    assert fleet_slice_problems("r", {"r": {"fleet_gpu_nodes": WHOLE}}, {"gpu_nodes": ["b", "c"]}) == []
+
+
+def test_a_bad_or_disagreeing_whole_fleet_is_named():
+    assert "fleet_gpu_nodes is ['a', 'b']" in fleet_slice_problems(
+        "a", {"a": {"fleet_gpu_nodes": ["a", "b"]}}, {"gpu_nodes": ["a"]})[0]
+    assert fleet_slice_problems("e", _slice(["e"]), {"gpu_nodes": ["e"]}) == [
+        "e is not in fleet_gpu_nodes, the whole fleet's GPU hosts: add it there"]
+    hostvars = {"d": {"fleet_gpu_nodes": WHOLE, "sglang_server_multinode_group": "tp"}}
+    assert fleet_slice_problems("d", hostvars, {"gpu_nodes": ["d"]}) == [
+        "d: its sglang_server_multinode_group is 'tp', but fleet_gpu_nodes says '': make them agree"]
