@@ -9,7 +9,7 @@ def _record(ssh_dir, index):
     labctl.record_host_key("node-%02d" % index, "ssh-ed25519", "KEY%02d" % index)
 
 
-def test_nodes_authorized_at_once_all_keep_their_known_hosts_entry(tmp_path, monkeypatch):
+def test_nodes_authorized_at_once_all_keep_their_known_hosts_entry(tmp_path):
     ssh_dir = tmp_path / "lab-ssh"
     context = multiprocessing.get_context("fork")
     workers = [context.Process(target=_record, args=(ssh_dir, i)) for i in range(24)]
