@@ -142,6 +142,114 @@ def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | lis
         shutil.rmtree(private, ignore_errors=True)
 
 
+def awx_slices(hosts: list, count: int) -> list:
+    """The hosts of each of `count` slices as AWX job slicing deals them: every count-th host of the
+    inventory, from the N-th (hosts in name order)."""
+    if count < 1:
+        raise ValueError("a sliced job has at least one slice, not %d" % count)
+    hosts = sorted(hosts)
+    return [hosts[offset::count] for offset in range(count)]
+
+
+def slice_inventory(inventory: str | os.PathLike, hosts: list, dest: str | os.PathLike,
+                    inventory_vars: dict | None = None) -> Path:
+    """Write a YAML inventory's slice as AWX hands one to its job: only `hosts`, each group holding only
+    its members among them, the inventory's variables kept (and `inventory_vars` added to them). `dest`
+    beside `inventory` keeps its group_vars and host_vars."""
+    import yaml
+
+    whole = yaml.safe_load(Path(inventory).read_text()) or {}
+    missing = sorted(set(hosts) - set(_inventory_hosts(whole)))
+    if missing:
+        raise ValueError("%s has no host %s" % (inventory, ", ".join(missing)))
+
+    def pare(group: dict) -> dict:
+        group = dict(group or {})
+        if "hosts" in group:
+            group["hosts"] = {h: v for h, v in (group["hosts"] or {}).items() if h in hosts}
+        if "children" in group:
+            group["children"] = {name: pare(child) for name, child in (group["children"] or {}).items()}
+        return group
+
+    sliced = {name: pare(group) for name, group in whole.items()}
+    sliced.setdefault("all", {})
+    sliced["all"]["vars"] = dict(sliced["all"].get("vars") or {}, **(inventory_vars or {}))
+    Path(dest).write_text(yaml.safe_dump(sliced, sort_keys=False))
+    return Path(dest)
+
+
+def awx_sliced_inventories(inventory: str | os.PathLike, hosts: list, count: int, directory: str | os.PathLike,
+                           inventory_vars: dict | None = None) -> list:
+    """Each of `count` slices' inventories, as AWX job slicing hands them to its jobs, written into
+    `directory` (not beside `inventory`, where a tool reading the whole directory would see them),
+    with links to the group_vars and host_vars beside `inventory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("group_vars", "host_vars"):
+        source, link = Path(inventory).parent / name, directory / name
+        if source.exists() and not link.exists():
+            link.symlink_to(source.resolve())
+    return [slice_inventory(inventory, part, directory / ("slice-%d.yml" % (n + 1)), inventory_vars)
+            for n, part in enumerate(awx_slices(hosts, count))]
+
+
+WORKFLOW_KEYS = {"name": str, "playbook": str, "job_tags": str, "job_slice_count": int}
+
+
+def load_awx_workflow(path: str | os.PathLike) -> list:
+    """An AWX workflow as docs/awx-workflow.yml writes one: job templates in order, each a name, a
+    playbook of this repository, its tags and its slice count. A malformed one is refused, naming
+    the job and the field."""
+    import yaml
+
+    jobs = yaml.safe_load(Path(path).read_text())
+    if not isinstance(jobs, list) or not jobs:
+        raise ValueError("%s: a workflow is a list of job templates" % path)
+    for index, job in enumerate(jobs):
+        label = "%s: job %d (%s)" % (path, index + 1, job.get("name", "no name") if isinstance(job, dict) else job)
+        if not isinstance(job, dict) or set(job) != set(WORKFLOW_KEYS):
+            raise ValueError("%s: give exactly %s" % (label, ", ".join(WORKFLOW_KEYS)))
+        for key, kind in WORKFLOW_KEYS.items():
+            if not isinstance(job[key], kind) or isinstance(job[key], bool):
+                raise ValueError("%s: %s is %r, not a %s" % (label, key, job[key], kind.__name__))
+        if job["job_slice_count"] < 1:
+            raise ValueError("%s: job_slice_count is %d; 1 runs unsliced" % (label, job["job_slice_count"]))
+        if not (ROOT / job["playbook"]).is_file():
+            raise ValueError("%s: playbook %s is not a file of this repository" % (label, job["playbook"]))
+    return jobs
+
+
+def run_awx_workflow(workflow: str | os.PathLike, inventory: str | os.PathLike, directory: str | os.PathLike,
+                     inventory_vars: dict | None = None) -> list:
+    """Run a workflow as AWX would: each job on success of the one before; a sliced job as one
+    ansible-playbook per slice, all at once, each over its slice's inventory (no more slices than
+    hosts, as AWX makes). Returns [(job name, [PlaybookRun of each slice])] for the jobs that ran."""
+    from concurrent.futures import ThreadPoolExecutor
+    import yaml
+
+    hosts = sorted(set(_inventory_hosts(yaml.safe_load(Path(inventory).read_text()) or {})))
+    ran = []
+    for job in load_awx_workflow(workflow):
+        count = max(1, min(job["job_slice_count"], len(hosts)))
+        slices = awx_sliced_inventories(inventory, hosts, count, Path(directory) / job["name"], inventory_vars)
+        with ThreadPoolExecutor(len(slices)) as pool:
+            runs = list(pool.map(lambda part: run_playbook(ROOT / job["playbook"], part, tags=job["job_tags"]),
+                                 slices))
+        ran.append((job["name"], runs))
+        if any(run.rc != 0 for run in runs):
+            break
+    return ran
+
+
+def _inventory_hosts(groups: dict) -> list:
+    """Every host named in a YAML inventory's groups (and their children)."""
+    found = []
+    for group in (groups or {}).values():
+        found += list((group or {}).get("hosts") or {})
+        found += _inventory_hosts((group or {}).get("children") or {})
+    return found
+
+
 def describe_gpus(facts: dict) -> str:
     gpus = facts.get("gpu_preflight_gpus") or []
     if not gpus:

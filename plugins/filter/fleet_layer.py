@@ -199,6 +199,33 @@ def fleet_problems(host, hostvars):
     return problems
 
 
+def fleet_slice(host, hostvars, groups):
+    """What part of the fleet this run holds, as `host` sees it. A run is a slice when fleet_gpu_nodes
+    names GPU hosts that its inventory's gpu_nodes lacks (AWX job slicing; --limit is not one, as its
+    inventory keeps every host). The seed is the one host that does the fleet-once steps (the
+    flash-attn build, the model's first fetch) for every slice: fleet_seed_host, else the first of
+    fleet_gpu_nodes by name, so that every slice names the same one."""
+    settings = fleet_settings(host, hostvars)
+    whole = settings["fleet_gpu_nodes"] or {}
+    here = list(groups.get("gpu_nodes") or [])
+    whole_names = sorted(whole) if isinstance(whole, dict) else []
+    outside = [name for name in whole_names if name not in here]
+    seed = str(settings["fleet_seed_host"] or (whole_names[0] if whole_names else ""))
+    return {"sliced": bool(outside), "seed": seed, "seed_here": seed in here, "outside": outside}
+
+
+def fleet_whole_problems(host, hostvars, groups, what):
+    """Why a stage that must see every GPU host (`what` it does with them: a router registers every
+    worker, Prometheus scrapes every target) cannot run in this run: it is a slice of the fleet."""
+    found = fleet_slice(host, hostvars, groups)
+    if not found["sliced"]:
+        return []
+    outside = found["outside"]
+    return ["%s: this run is a slice of the fleet, without %s%s, so it would leave them out: run this stage in a "
+            "job that is not sliced (the AWX workflow's finish job)"
+            % (what, ", ".join(outside[:8]), " and %d more" % (len(outside) - 8) if len(outside) > 8 else "")]
+
+
 def fleet_slice_problems(host, hostvars, groups):
     """What makes this run's part of the fleet unsafe for `host`. fleet_gpu_nodes names every GPU host
     of the whole fleet and each one's multi-node group; a run over a slice of it (AWX job slicing,
@@ -219,6 +246,9 @@ def fleet_slice_problems(host, hostvars, groups):
     if own != declared:
         return ["%s: its sglang_server_multinode_group is %r, but fleet_gpu_nodes says %r: make them agree"
                 % (host, own, declared)]
+    seed = fleet_slice(host, hostvars, groups)["seed"]
+    if seed not in whole:
+        return ["fleet_seed_host is %s, which is not in fleet_gpu_nodes, the whole fleet's GPU hosts" % seed]
     if not declared:
         return []
     ranks = [name for name in whole if str(whole[name] or "") == declared]
@@ -235,4 +265,5 @@ class FilterModule(object):
     def filters(self):
         return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_settings": fleet_settings,
                 "fleet_problems": fleet_problems, "fleet_pip_environment": fleet_pip_environment,
-                "fleet_slice_problems": fleet_slice_problems}
+                "fleet_slice": fleet_slice, "fleet_slice_problems": fleet_slice_problems,
+                "fleet_whole_problems": fleet_whole_problems}

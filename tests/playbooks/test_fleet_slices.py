@@ -7,16 +7,11 @@ import pytest
 import yaml
 
 import fleet
+from fleet import awx_slices
 from conftest import ROOT
 
 # Six GPU hosts, one two-node group (the lab's 6-node slicing fleet, in miniature and local).
 FLEET = {"g1": "", "g2": "", "g3": "tp_a", "g4": "tp_a", "g5": "", "g6": ""}
-
-
-def awx_slices(hosts, count):
-    """What AWX gives slice N of `count`: every count-th host of the inventory, from the N-th."""
-    hosts = sorted(hosts)
-    return [hosts[offset::count] for offset in range(count)]
 
 
 def sliced_inventory(path, hosts, whole=FLEET, groups_of=FLEET):
@@ -91,3 +86,28 @@ def test_a_host_missing_from_the_whole_fleet_or_disagreeing_with_it_is_named(tmp
 def test_without_the_whole_fleet_named_a_run_is_its_inventory(tmp_path, fleet_check):
     result = run(tmp_path, fleet_check, ["g3", "g6"], whole={})
     assert result.rc == 0, result.failure_summary
+
+
+@pytest.mark.parametrize("playbook, task, what", [
+    ("playbooks/router.yml", "This run holds the whole fleet, whose every worker the router registers",
+     "the router registers every worker of the fleet"),
+    ("playbooks/monitoring.yml", "This run holds the whole fleet, which Prometheus scrapes",
+     "Prometheus scrapes every GPU host of the fleet"),
+])
+def test_the_stages_that_serve_the_whole_fleet_refuse_a_slice_naming_the_hosts_it_lacks(tmp_path, playbook, task, what):
+    # A slice of the router and the monitoring host: no GPU host, whose exporters would run here.
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = tmp_path / "slice.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"vars": {"fleet_gpu_nodes": FLEET}, "children": {
+        "gpu_nodes": {"hosts": {}},
+        "sglang_routers": {"hosts": {"r1": dict(local)}},
+        "monitoring": {"hosts": {"m1": dict(local)}}}}}))
+    result = fleet.run_playbook(ROOT / playbook, inventory, extravars={"fleet_state_dir": str(tmp_path / "state")},
+                                env={"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")})
+    assert result.rc != 0 and result.changed == 0
+    host = "r1" if "router" in playbook else "m1"
+    (failure,) = result.hosts[host].failures
+    assert failure["task"] == task
+    assert failure["msg"] == ("%s: %s: this run is a slice of the fleet, without g1, g2, g3, g4, g5, g6, so it would leave "
+                              "them out: run this stage in a job that is not sliced (the AWX workflow's finish job)"
+                              % (host, what))

@@ -7,7 +7,8 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 import fleet_layer
-from fleet_layer import (fleet_defaults, fleet_pip_environment, fleet_problems, fleet_settings, fleet_slice_problems,
+from fleet_layer import (fleet_defaults, fleet_pip_environment, fleet_problems, fleet_settings, fleet_slice, fleet_whole_problems,
+                         fleet_slice_problems,
                          fleet_topology, fleet_unit)
 from conftest import ROOT
 
@@ -169,3 +170,36 @@ def test_a_bad_or_disagreeing_whole_fleet_is_named():
     hostvars = {"d": {"fleet_gpu_nodes": WHOLE, "sglang_server_multinode_group": "tp"}}
     assert fleet_slice_problems("d", hostvars, {"gpu_nodes": ["d"]}) == [
         "d: its sglang_server_multinode_group is 'tp', but fleet_gpu_nodes says '': make them agree"]
+
+
+def test_a_slice_knows_the_hosts_outside_it_and_the_one_seed_every_slice_names():
+    first = fleet_slice("c", _slice(["c", "d"]), {"gpu_nodes": ["c", "d"]})
+    assert first == {"sliced": True, "seed": "a", "seed_here": False, "outside": ["a", "b"]}
+    second = fleet_slice("a", _slice(["a", "b"]), {"gpu_nodes": ["b", "a"]})
+    assert second == {"sliced": True, "seed": "a", "seed_here": True, "outside": ["c", "d"]}
+    whole = fleet_slice("a", _slice(list(WHOLE)), {"gpu_nodes": list(WHOLE)})
+    assert whole == {"sliced": False, "seed": "a", "seed_here": True, "outside": []}
+    # No whole fleet named: the run is its inventory, and each stage picks its own first host.
+    assert fleet_slice("c", _slice(["c"], whole={}), {"gpu_nodes": ["c"]}) == {
+        "sliced": False, "seed": "", "seed_here": False, "outside": []}
+
+
+def test_a_chosen_seed_is_every_slice_s_and_must_be_a_fleet_host():
+    hostvars = {h: dict(v, fleet_seed_host="d") for h, v in _slice(["a", "b", "c"]).items()}
+    assert fleet_slice("a", hostvars, {"gpu_nodes": ["a", "b", "c"]})["seed"] == "d"
+    assert fleet_slice_problems("a", hostvars, {"gpu_nodes": ["a", "b", "c"]}) == []
+    hostvars = {h: dict(v, fleet_seed_host="gpu-99") for h, v in _slice(["a"]).items()}
+    assert fleet_slice_problems("a", hostvars, {"gpu_nodes": ["a"]}) == [
+        "fleet_seed_host is gpu-99, which is not in fleet_gpu_nodes, the whole fleet's GPU hosts"]
+
+
+def test_a_stage_that_needs_every_gpu_host_is_refused_in_a_slice_naming_those_it_would_miss():
+    assert fleet_whole_problems("r", {"r": {"fleet_gpu_nodes": WHOLE}}, {"gpu_nodes": list(WHOLE)}, "x") == []
+    assert fleet_whole_problems("r", {"r": {}}, {"gpu_nodes": ["a"]}, "x") == []
+    (problem,) = fleet_whole_problems("r", {"r": {"fleet_gpu_nodes": WHOLE}}, {"gpu_nodes": ["b", "c"]},
+                                      "the router registers every worker of the fleet")
+    assert problem.startswith("the router registers every worker of the fleet: this run is a slice of the fleet, "
+                              "without a, d, so it would leave them out")
+    many = {"g%02d" % i: "" for i in range(20)}
+    (problem,) = fleet_whole_problems("r", {"r": {"fleet_gpu_nodes": many}}, {"gpu_nodes": ["g00"]}, "x")
+    assert "without g01, g02, g03, g04, g05, g06, g07, g08 and 11 more," in problem
