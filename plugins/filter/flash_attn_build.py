@@ -11,11 +11,16 @@ flash_attn_builders
     For each build key some host needs, the one host that builds its wheel.
 flash_attn_is_wanted
     Whether an installed flash-attn version is the one a build key (or a prebuilt wheel) gives.
+flash_attn_seed_state
+    In a run over a slice of the fleet, how far the seed (in another slice) got with the wheel a
+    host of this slice waits for, read from the controller's cache.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 
 from ansible.errors import AnsibleFilterError
 
@@ -77,14 +82,18 @@ def flash_attn_max_jobs(mem_available_mb, cpus, nvcc_threads=4, gb_per_job=9, re
     return max(1, min(by_cores, by_memory))
 
 
-def flash_attn_builders(plans, preferred=""):
+def flash_attn_builders(plans, preferred="", seed=""):
     """{key id: building host} for every build key that some host still needs.
 
     plans: one dict per host, in play order: {"host", "id", "ready", "needs"}. Hosts not ready
     (no id yet) take no part. The preferred host builds for its own key; every other key is
     built by its first host.
+    seed: set in a run over a slice of the fleet, the fleet's seed, which alone builds, for its own
+    key, needed here or not (the other slices wait for its wheel); nobody builds in a slice without it.
     """
     plans = [p for p in plans or [] if p.get("ready") and p.get("id")]
+    if seed:
+        return {p["id"]: p["host"] for p in plans if p["host"] == seed}
     needed = {p["id"] for p in plans if p.get("needs")}
     builders = {p["id"]: p["host"] for p in plans if preferred and p["host"] == preferred and p["id"] in needed}
     for plan in plans:
@@ -108,6 +117,57 @@ def flash_attn_is_wanted(installed, label, version="", exact=""):
     return local == label and (not version or public == version)
 
 
+def seed_announcement_path(cache_dir, seed):
+    """Where the seed of a sliced run says which build key it builds, and how that went."""
+    return os.path.join(str(cache_dir), "seed-%s.json" % seed)
+
+
+def flash_attn_seed_announcement(seed, key_id, state, now=None):
+    """The seed's announcement: {"host", "id", "state" (building, built or failed), "since"}."""
+    if state not in ("building", "built", "failed"):
+        raise AnsibleFilterError("flash_attn_seed_announcement: state %r is not building, built or failed" % state)
+    return {"host": seed, "id": key_id, "state": state, "since": int(time.time() if now is None else now)}
+
+
+def flash_attn_seed_state(cache_dir, seed, key_id, run_started=0, now=None):
+    """How far the seed got with the wheel of build key `key_id`: {"state", "msg"}, state one of
+    ready (its key.json is in the cache: install it), waiting (the seed builds it, or has not
+    reached its build yet), or a dead end that no wait mends: other_key (the seed builds another
+    key), failed (its build failed), unshared (it built the wheel, but this controller's cache
+    lacks it: flash_attn_cache_dir is not one store for every slice).
+    run_started: when this run started; the seed's word from before then is an earlier run's, which
+    the seed's slice, started with this one, has yet to replace."""
+    now = time.time() if now is None else now
+    if os.path.isfile(os.path.join(str(cache_dir), key_id, "key.json")):
+        return {"state": "ready", "msg": "the wheel of build key %s is in %s" % (key_id, cache_dir)}
+    path = seed_announcement_path(cache_dir, seed)
+    try:
+        with open(path) as handle:
+            said = json.load(handle)
+    except FileNotFoundError:
+        return {"state": "waiting", "msg": "%s, the seed, has not started a build yet (%s is not there)" % (seed, path)}
+    except (OSError, ValueError) as error:
+        return {"state": "waiting", "msg": "%s cannot be read yet: %s" % (path, error)}
+    minutes = max(0, int(now - float(said.get("since") or now)) // 60)
+    if float(said.get("since") or 0) < float(run_started or 0):
+        return {"state": "waiting", "msg": "%s, the seed, has not reached its flash-attn stage in this run yet (its "
+                                           "last word, %d min old, is an earlier run's)" % (seed, minutes)}
+    if said.get("id") != key_id:
+        return {"state": "other_key",
+                "msg": "%s, the seed, builds build key %s, not this host's %s: a slice builds nothing itself, so "
+                       "build this key in a job that is not sliced, or give its hosts a prebuilt wheel "
+                       "(flash_attn_prebuilt_wheel)" % (seed, said.get("id"), key_id)}
+    if said.get("state") == "failed":
+        return {"state": "failed", "msg": "the build of key %s on %s, the seed, failed %d min ago: its job's log "
+                                          "says why" % (key_id, seed, minutes)}
+    if said.get("state") == "built":
+        return {"state": "unshared",
+                "msg": "%s, the seed, built key %s %d min ago, but %s has no key.json for it: flash_attn_cache_dir "
+                       "must be one store that every slice's controller sees (a shared volume)"
+                       % (seed, key_id, minutes, cache_dir)}
+    return {"state": "waiting", "msg": "%s, the seed, has been building key %s for %d min" % (seed, key_id, minutes)}
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -115,4 +175,6 @@ class FilterModule:
             "flash_attn_max_jobs": flash_attn_max_jobs,
             "flash_attn_builders": flash_attn_builders,
             "flash_attn_is_wanted": flash_attn_is_wanted,
+            "flash_attn_seed_announcement": flash_attn_seed_announcement,
+            "flash_attn_seed_state": flash_attn_seed_state,
         }

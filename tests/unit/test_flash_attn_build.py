@@ -3,7 +3,10 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from flash_attn_build import flash_attn_build_key, flash_attn_builders, flash_attn_is_wanted, flash_attn_max_jobs
+import json
+
+from flash_attn_build import (flash_attn_build_key, flash_attn_builders, flash_attn_is_wanted, flash_attn_max_jobs,
+                              flash_attn_seed_announcement, flash_attn_seed_state)
 import flash_attn_build_watch as watch
 from conftest import FIXTURES
 
@@ -111,6 +114,51 @@ def test_the_named_build_host_builds_for_its_own_key_even_when_current_itself():
 def test_hosts_not_ready_take_no_part():
     plans = [plan("a", None, ready=False), plan("b", "k1")]
     assert flash_attn_builders(plans, "a") == {"k1": "b"}
+
+
+def test_in_a_slice_only_the_fleet_s_seed_builds_and_for_its_own_key_even_when_current():
+    plans = [plan("a", "k1", needs=False), plan("b", "k1"), plan("c", "k2")]
+    assert flash_attn_builders(plans, seed="a") == {"k1": "a"}
+    # A slice without the seed builds nothing: its hosts wait for the seed's wheel.
+    assert flash_attn_builders(plans, "b", seed="z") == {}
+
+
+# --- a slice waits for the seed's wheel ---------------------------------------------------------
+
+def announce(cache, seed, key_id, state, since=1000):
+    (cache / ("seed-%s.json" % seed)).write_text(json.dumps(flash_attn_seed_announcement(seed, key_id, state, since)))
+
+
+def test_a_slice_waits_while_the_seed_is_silent_or_building_and_installs_once_key_json_is_there(tmp_path):
+    state = flash_attn_seed_state(tmp_path, "g1", "k1", now=1000)
+    assert state["state"] == "waiting" and "g1, the seed, has not started a build yet" in state["msg"]
+    announce(tmp_path, "g1", "k1", "building")
+    assert flash_attn_seed_state(tmp_path, "g1", "k1", now=1000 + 7 * 60 + 5) == {
+        "state": "waiting", "msg": "g1, the seed, has been building key k1 for 7 min"}
+    (tmp_path / "k1").mkdir()
+    (tmp_path / "k1" / "key.json").write_text("{}")
+    assert flash_attn_seed_state(tmp_path, "g1", "k1")["state"] == "ready"
+
+
+def test_a_wait_no_time_can_end_stops_at_once_saying_why(tmp_path):
+    announce(tmp_path, "g1", "k2", "building")
+    other = flash_attn_seed_state(tmp_path, "g1", "k1")
+    assert other["state"] == "other_key" and "builds build key k2, not this host's k1" in other["msg"]
+    announce(tmp_path, "g1", "k1", "failed")
+    assert flash_attn_seed_state(tmp_path, "g1", "k1", now=1000 + 120)["msg"] == (
+        "the build of key k1 on g1, the seed, failed 2 min ago: its job's log says why")
+    # Built, yet not in this cache: the slices do not share one.
+    announce(tmp_path, "g1", "k1", "built")
+    unshared = flash_attn_seed_state(tmp_path, "g1", "k1")
+    assert unshared["state"] == "unshared" and "must be one store that every slice's controller sees" in unshared["msg"]
+    # An earlier run's word is not this run's: the seed's slice has yet to say which key it builds.
+    announce(tmp_path, "g1", "k2", "built", since=1000)
+    assert flash_attn_seed_state(tmp_path, "g1", "k1", run_started=2000, now=2000 + 300) == {
+        "state": "waiting", "msg": "g1, the seed, has not reached its flash-attn stage in this run yet (its last "
+                                   "word, 21 min old, is an earlier run's)"}
+    assert flash_attn_seed_state(tmp_path, "g1", "k1", run_started=1000)["state"] == "other_key"
+    with pytest.raises(AnsibleFilterError, match="state 'done'"):
+        flash_attn_seed_announcement("g1", "k1", "done")
 
 
 # --- is the installed one the wanted one --------------------------------------------------------

@@ -1,9 +1,11 @@
 """flash_attn in the lab: one build per build key for the fleet, the controller's cache, reruns that do nothing."""
 import json
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fleet import run_playbook
+from fleet import awx_sliced_inventories, run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
@@ -89,6 +91,71 @@ def test_a_forced_rebuild_builds_once_and_reinstalls_everywhere(host):
     assert run.rc == 0 and len(builders(run)) == 1
     assert actions(run) == ["built", "installed from cache"]
     assert cache_entries().keys() == before.keys()
+
+
+# AWX job slicing: two slices of one host each, the scenario's group_vars and host_vars kept, the
+# inventory's variables naming the whole fleet; fleet-gpu-1 is the seed.
+# A build key of this test run's own (a rerun of the tests must build again).
+SLICE_KEY = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS": "-Xptxas=-v",
+                                      "LAB_SLICED_RUN": str(time.time_ns())},
+             "flash_attn_progress_interval": 2}
+
+
+def slices(directory):
+    whole = {"fleet_gpu_nodes": {name: "" for name in NODES}, "lab_hosts": NODES}
+    return awx_sliced_inventories(INVENTORY, NODES, 2, directory, whole)
+
+
+def rounds_waited(run, host):
+    return [len(result.get("results") or []) for task, result in run.hosts[host].results
+            if (task or "").startswith("The seed's wheel is awaited")]
+
+
+def test_sliced_as_awx_does_the_seed_builds_once_and_the_other_slice_waits_for_its_wheel(host, tmp_path):
+    seed_slice, other_slice = slices(tmp_path)
+    before = cache_entries()
+    with ThreadPoolExecutor(2) as pool:
+        # The other slice starts first: it finds no wheel and no word from the seed, and waits.
+        waiting = pool.submit(run_playbook, PLAYBOOK, other_slice, extravars=SLICE_KEY)
+        time.sleep(5)
+        seeding = pool.submit(run_playbook, PLAYBOOK, seed_slice, extravars=SLICE_KEY)
+        waited, seeded = waiting.result(), seeding.result()
+    assert seeded.rc == 0, seeded.failure_summary
+    assert waited.rc == 0, waited.failure_summary
+    assert builders(seeded) == ["fleet-gpu-1"] and builders(waited) == []
+    assert seeded.hosts["fleet-gpu-1"].facts["flash_attn_action"] == "built"
+    assert waited.hosts["fleet-gpu-2"].facts["flash_attn_action"] == "installed from cache"
+    assert rounds_waited(waited, "fleet-gpu-2")[0] >= 2, "the other slice did not wait for the seed"
+    new = {k: v for k, v in cache_entries().items() if k not in before}
+    (key_id, entry), = new.items()
+    assert entry["built_on"] == "fleet-gpu-1"
+    assert {installed(node) for node in nodes(host)} == {"2.8.3+build." + key_id}
+    # One compile in the fleet: its log is on the seed alone.
+    logs = [node.file("/var/cache/sglang-fleet/flash_attn/build-%s.log" % key_id).exists for node in nodes(host)]
+    assert logs == [True, False]
+    assert json.loads((CACHE / "seed-fleet-gpu-1.json").read_text())["state"] == "built"
+
+
+def test_a_slice_whose_key_the_seed_does_not_build_fails_at_once_and_a_slice_never_rebuilds(host, tmp_path):
+    seed_slice, other_slice = slices(tmp_path)
+    started = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        # The seed's slice serves the last test's key (its wheel is in the cache); the other asks for another.
+        seeding = pool.submit(run_playbook, PLAYBOOK, seed_slice, extravars=SLICE_KEY)
+        waiting = pool.submit(run_playbook, PLAYBOOK, other_slice, extravars=OTHER_KEY_SLICED)
+        seeded, refused = seeding.result(), waiting.result()
+    assert seeded.rc == 0 and seeded.changed == 0, seeded.failure_summary
+    assert refused.rc != 0 and refused.changed == 0
+    assert "fleet-gpu-1, the seed, builds build key" in refused.failure_summary
+    assert "a slice builds nothing itself" in refused.failure_summary
+    assert time.monotonic() - started < 60  # no waiting out the build timeout
+    forced = run_playbook(PLAYBOOK, other_slice, extravars={**SLICE_KEY, "flash_attn_force_rebuild": "true"})
+    assert forced.rc != 0 and forced.changed == 0
+    assert "flash_attn_force_rebuild in a run over a slice of the fleet (it lacks fleet-gpu-1)" in forced.failure_summary
+
+
+# Another key, and rounds of 2 s: the other slice may start before the seed's says which key it serves.
+OTHER_KEY_SLICED = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS": "-O2"}, "flash_attn_progress_interval": 2}
 
 
 def test_a_prebuilt_wheel_is_installed_everywhere_without_a_build(host):
