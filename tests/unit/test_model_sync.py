@@ -301,7 +301,7 @@ def test_a_copy_from_a_directory_learns_its_manifest_by_hashing_it(hub, tmp_path
 
 # --- who copies from whom --------------------------------------------------------------------------
 
-from model_distribution import sglang_model_waves  # noqa: E402
+from model_distribution import sglang_model_slice_problems, sglang_model_waves  # noqa: E402
 
 
 def test_the_fleet_fetches_once_and_spreads_in_a_widening_tree():
@@ -323,6 +323,37 @@ def test_hosts_that_hold_a_verified_copy_are_the_first_sources_and_per_host_fetc
     assert list(wave) == ["h3"] and wave["h3"] in ("h1", "h2", "h4")
     assert sglang_model_waves([], ["h1"], "fleet", 2) == []
     assert sglang_model_waves(["h1", "h2"], [], "per_host", 2) == [{"h1": "origin", "h2": "origin"}]
+
+
+def test_the_fleet_s_seed_makes_the_one_fetch_from_the_source():
+    assert sglang_model_waves(["h1", "h2", "h3"], [], "fleet", 2, seed="h3")[0] == {"h3": "origin"}
+    assert sglang_model_waves(["h1", "h2"], [], "fleet", 2, seed="elsewhere")[0] == {"h1": "origin"}
+
+
+MODEL = {"repo_id": "nvidia/Kimi-K2.5-NVFP4", "revision": "a" * 40}
+OUTSIDE = {"sliced": True, "seed": "g1", "seed_here": False, "outside": ["g1", "g2"]}
+WITH_SEED = {"sliced": True, "seed": "g1", "seed_here": True, "outside": ["g3"]}
+
+
+def test_a_slice_never_fetches_from_the_source_but_on_the_seed():
+    # Not a slice: anything goes.
+    assert sglang_model_slice_problems({"sliced": False}, MODEL, False) == []
+    assert sglang_model_slice_problems({"sliced": False}, MODEL, True, [{"h1": "origin", "h2": "origin"}]) == []
+    # Without the seed's manifest, a slice without the seed stops before its check.
+    (early,) = sglang_model_slice_problems(OUTSIDE, MODEL, False)
+    assert early.startswith("nvidia/Kimi-K2.5-NVFP4@aaaaaaaaaaaa: this slice has no manifest of it yet, and only g1, "
+                            "the seed, in another slice, fetches it")
+    assert sglang_model_slice_problems(OUTSIDE, MODEL, True) == []
+    assert sglang_model_slice_problems(WITH_SEED, MODEL, False) == []
+    # After the check: the seed may fetch; a slice spreads its own verified copies; nobody else fetches.
+    assert sglang_model_slice_problems(WITH_SEED, MODEL, False, [{"g1": "origin"}, {"g2": "g1"}]) == []
+    assert sglang_model_slice_problems(OUTSIDE, MODEL, True, [{"g4": "g3"}]) == []
+    assert sglang_model_slice_problems(OUTSIDE, MODEL, True, []) == []
+    (late,) = sglang_model_slice_problems(OUTSIDE, MODEL, True, [{"g3": "origin"}, {"g4": "g3"}])
+    assert "so g3 would fetch it from the source again (only g1, the seed, does, once for the fleet)" in late
+    # per_host: every host fetches from the source, as asked.
+    assert sglang_model_slice_problems(OUTSIDE, MODEL, False, mode="per_host") == []
+    assert sglang_model_slice_problems(OUTSIDE, MODEL, True, [{"g3": "origin"}], mode="per_host") == []
 
 
 def test_progress_goes_to_a_directory_that_need_not_exist_yet(hub, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import report, run_playbook
+from fleet import awx_sliced_inventories, report, run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "files/lab"))
@@ -220,3 +220,39 @@ def test_the_fleet_spread_fetches_once_where_independent_downloads_fetch_four_ti
     assert any("fetching" in m and "%)" in m and "(100%)" not in m for m in progress), progress
     per_host, per_host_served = spread("per_host", capsys)
     assert per_host_served == SIZES[KIMI] * len(HOSTS)
+
+
+def test_sliced_as_awx_does_only_the_seed_fetches_from_the_hub_and_a_slice_spreads_its_own_copies(tmp_path):
+    # Two slices: model-gpu-1 (the seed) and -3, then -2 and -4, which hold no seed.
+    seeded, other = awx_sliced_inventories(INVENTORY, HOSTS, 2, tmp_path,
+                                           {"fleet_gpu_nodes": {name: "" for name in HOSTS}, "lab_hosts": HOSTS})
+    for node in ("model-gpu-2", "model-gpu-3", "model-gpu-4"):
+        assert sh(node, "rm -rf %s" % DIRS[KIMI]).returncode == 0
+    before = hub_served()
+    refused = run_playbook(PLAYBOOK, other)
+    assert refused.rc != 0 and refused.changed == 0
+    assert "this slice holds no verified copy to copy from, so model-gpu-2 would fetch it from the source " \
+           "again (only model-gpu-1, the seed, does, once for the fleet)" in refused.failure_summary, \
+        refused.failure_summary
+    # The seed's slice spreads the seed's verified copy: nothing from the Hub.
+    run = run_playbook(PLAYBOOK, seeded)
+    assert run.rc == 0, run.failure_summary
+    assert on_disk("model-gpu-3", DIRS[KIMI]) == truth(KIMI)
+    # Without the seed's manifest, a slice without the seed stops before its check.
+    manifest = next(MANIFESTS.glob(KIMI.replace("/", "--") + "@*.json"))
+    kept = manifest.read_bytes()
+    manifest.unlink()
+    try:
+        early = run_playbook(PLAYBOOK, other)
+    finally:
+        manifest.write_bytes(kept)
+    assert early.rc != 0 and early.changed == 0
+    assert "this slice has no manifest of it yet, and only model-gpu-1, the seed, in another slice, fetches it" \
+        in early.failure_summary
+    assert hub_served() == before
+    # Back to the whole fleet: the unsliced run copies from peers, never from the Hub.
+    restored = run_playbook(PLAYBOOK, INVENTORY)
+    assert restored.rc == 0, restored.failure_summary
+    assert hub_served() == before
+    for node in HOSTS:
+        assert on_disk(node, DIRS[KIMI]) == truth(KIMI), node
