@@ -2,7 +2,7 @@
 import os
 from pathlib import Path
 
-from fleet import report, run_playbook
+from fleet import report, run_awx_workflow, run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
@@ -29,9 +29,23 @@ def test_check_diff_on_the_converged_fleet_reports_no_change():
     assert run.changed == 0
 
 
-def test_each_tag_runs_alone():
-    run = run_playbook(ROOT / "site.yml", INVENTORY, tags="preflight")
-    assert run.rc == 0 and sorted(run.hosts) == HOSTS
+def test_the_awx_workflow_runs_each_job_s_stages_alone_its_rollout_in_slices_and_changes_nothing(tmp_path):
+    """docs/awx-workflow.yml as AWX runs it; the rollout's slices are one host each here."""
+    jobs = dict(run_awx_workflow(ROOT / "docs/awx-workflow.yml", INVENTORY, tmp_path,
+                                 {"fleet_gpu_nodes": {name: "" for name in HOSTS}, "lab_hosts": HOSTS}))
+    assert list(jobs) == ["prepare", "rollout", "finish"]
+    for name, runs in jobs.items():
+        for run in runs:
+            assert run.rc == 0, (name, run.failure_summary)
+            assert run.changed == 0, (name, {h: r.changed_tasks for h, r in run.hosts.items()})
+    assert [len(runs) for runs in jobs.values()] == [1, 2, 1]
+    assert [sorted(set(run.hosts) - {"localhost"}) for run in jobs["rollout"]] == [[HOSTS[0]], [HOSTS[1]]]
+    # Each job ran its own stages: the preflight's fact, the flash-attn stage's, the verify stage's.
+    facts = {name: {k for run in runs for r in run.hosts.values() for k in r.facts} for name, runs in jobs.items()}
+    assert "gpu_preflight_cuda_archs" in facts["prepare"] and "flash_attn_action" not in facts["prepare"]
+    assert "flash_attn_action" in facts["rollout"] and "gpu_preflight_cuda_archs" not in facts["rollout"]
+    assert not any(k.startswith(("gpu_preflight_", "flash_attn_")) for k in facts["finish"])
+    assert any(k.startswith("sglang_verify") for k in facts["finish"]), facts["finish"]
 
 
 def test_every_node_holds_its_preflight_fact(host):
