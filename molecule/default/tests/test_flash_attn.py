@@ -1,6 +1,7 @@
 """flash_attn in the lab: one build per build key for the fleet, the controller's cache, reruns that do nothing."""
 import json
 import os
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -95,10 +96,12 @@ def test_a_forced_rebuild_builds_once_and_reinstalls_everywhere(host):
 
 # AWX job slicing: two slices of one host each, the scenario's group_vars and host_vars kept, the
 # inventory's variables naming the whole fleet; fleet-gpu-1 is the seed.
-# A build key of this test run's own (a rerun of the tests must build again).
+# A build key of this test run's own (a rerun of the tests must build again), and a controller cache
+# that does not exist yet, as on a site's first sliced run.
+SLICED_CACHE = CACHE.with_name("flash-attn-wheels-sliced")  # emptied first, removed by the scenario's destroy
 SLICE_KEY = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS": "-Xptxas=-v",
                                       "LAB_SLICED_RUN": str(time.time_ns())},
-             "flash_attn_progress_interval": 2}
+             "flash_attn_progress_interval": 2, "flash_attn_cache_dir": str(SLICED_CACHE)}
 
 
 def slices(directory):
@@ -113,7 +116,7 @@ def rounds_waited(run, host):
 
 def test_sliced_as_awx_does_the_seed_builds_once_and_the_other_slice_waits_for_its_wheel(host, tmp_path):
     seed_slice, other_slice = slices(tmp_path)
-    before = cache_entries()
+    shutil.rmtree(SLICED_CACHE, ignore_errors=True)
     with ThreadPoolExecutor(2) as pool:
         # The other slice starts first: it finds no wheel and no word from the seed, and waits.
         waiting = pool.submit(run_playbook, PLAYBOOK, other_slice, extravars=SLICE_KEY)
@@ -126,14 +129,13 @@ def test_sliced_as_awx_does_the_seed_builds_once_and_the_other_slice_waits_for_i
     assert seeded.hosts["fleet-gpu-1"].facts["flash_attn_action"] == "built"
     assert waited.hosts["fleet-gpu-2"].facts["flash_attn_action"] == "installed from cache"
     assert rounds_waited(waited, "fleet-gpu-2")[0] >= 2, "the other slice did not wait for the seed"
-    new = {k: v for k, v in cache_entries().items() if k not in before}
-    (key_id, entry), = new.items()
+    (entry,) = [json.loads(path.read_text()) for path in SLICED_CACHE.glob("*/key.json")]
     assert entry["built_on"] == "fleet-gpu-1"
-    assert {installed(node) for node in nodes(host)} == {"2.8.3+build." + key_id}
+    assert {installed(node) for node in nodes(host)} == {"2.8.3+build." + entry["id"]}
     # One compile in the fleet: its log is on the seed alone.
-    logs = [node.file("/var/cache/sglang-fleet/flash_attn/build-%s.log" % key_id).exists for node in nodes(host)]
+    logs = [node.file("/var/cache/sglang-fleet/flash_attn/build-%s.log" % entry["id"]).exists for node in nodes(host)]
     assert logs == [True, False]
-    assert json.loads((CACHE / "seed-fleet-gpu-1.json").read_text())["state"] == "built"
+    assert json.loads((SLICED_CACHE / "seed-fleet-gpu-1.json").read_text())["state"] == "built"
 
 
 def test_a_slice_whose_key_the_seed_does_not_build_fails_at_once_and_a_slice_never_rebuilds(host, tmp_path):
@@ -155,7 +157,8 @@ def test_a_slice_whose_key_the_seed_does_not_build_fails_at_once_and_a_slice_nev
 
 
 # Another key, and rounds of 2 s: the other slice may start before the seed's says which key it serves.
-OTHER_KEY_SLICED = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS": "-O2"}, "flash_attn_progress_interval": 2}
+OTHER_KEY_SLICED = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS": "-O2"},
+                    "flash_attn_progress_interval": 2, "flash_attn_cache_dir": str(SLICED_CACHE)}
 
 
 def test_a_prebuilt_wheel_is_installed_everywhere_without_a_build(host):
