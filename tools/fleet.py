@@ -220,10 +220,11 @@ def load_awx_workflow(path: str | os.PathLike) -> list:
 
 
 def run_awx_workflow(workflow: str | os.PathLike, inventory: str | os.PathLike, directory: str | os.PathLike,
-                     inventory_vars: dict | None = None) -> list:
+                     inventory_vars: dict | None = None, prefix: str = "") -> list:
     """Run a workflow as AWX would: each job on success of the one before; a sliced job as one
     ansible-playbook per slice, all at once, each over its slice's inventory (no more slices than
-    hosts, as AWX makes). Returns [(job name, [PlaybookRun of each slice])] for the jobs that ran."""
+    hosts, as AWX makes), in `directory`/`prefix`<job name>/. Returns [(job name, [PlaybookRun of
+    each slice])] for the jobs that ran."""
     from concurrent.futures import ThreadPoolExecutor
     import yaml
 
@@ -231,7 +232,8 @@ def run_awx_workflow(workflow: str | os.PathLike, inventory: str | os.PathLike, 
     ran = []
     for job in load_awx_workflow(workflow):
         count = max(1, min(job["job_slice_count"], len(hosts)))
-        slices = awx_sliced_inventories(inventory, hosts, count, Path(directory) / job["name"], inventory_vars)
+        slices = awx_sliced_inventories(inventory, hosts, count, Path(directory) / (prefix + job["name"]),
+                                        inventory_vars)
         with ThreadPoolExecutor(len(slices)) as pool:
             runs = list(pool.map(lambda part: run_playbook(ROOT / job["playbook"], part, tags=job["job_tags"]),
                                  slices))

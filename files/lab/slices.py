@@ -14,9 +14,9 @@ manifest directory. Then, as AWX would run it:
 
 It counts what the issue of slice-safe fleet-once steps asks for: flash-attn builds (1), the bytes the
 Hub sent per model (1x), the router's workers (every unit of the fleet), and the refusal; prints them,
-and exits 1 if any is off. The fleet is taken down at the end unless --keep. It takes about a quarter
-of an hour on two cores, so bin/test does not run it: the default and sglang_model scenarios test each
-part on their own fleets (docs/awx.md).
+and exits 1 if any is off. The fleet is taken down at the end unless --keep. It takes about seven
+minutes on two cores (425 s), which would take CI past its 45, so bin/test does not run it: the default
+and sglang_model scenarios test each part on their own fleets (docs/awx.md).
 """
 from __future__ import annotations
 
@@ -44,26 +44,34 @@ ROUTER = "slices-router-1"
 GROUP = "slices_tp"
 RANKS = ["slices-gpu-3", "slices-gpu-6"]
 FOLDER = ROOT / ".lab" / "slices-fleet-6"
+# Each job's slices' inventories, as deep below the repository as FOLDER: the lab's group_vars find its
+# SSH key and known_hosts from an inventory's folder (../../.cache/lab-ssh).
+JOBS, PREFIX = ROOT / ".lab", "slices-fleet-6-"
 
 
 def write_inventory() -> tuple[Path, dict]:
     """The fleet's inventory beside the lab's group_vars, and the variables AWX's inventory would hold."""
-    if FOLDER.exists():
-        shutil.rmtree(FOLDER)
+    for folder in [FOLDER] + list(JOBS.glob(PREFIX + "*")):
+        shutil.rmtree(folder, ignore_errors=True)
     FOLDER.mkdir(parents=True)
     (FOLDER / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
-    gpu = {name: ({"sglang_server_multinode_group": GROUP} if name in RANKS else None) for name in GPUS}
+    # The server stage wants a group's ranks one after the other in gpu_nodes; AWX keeps them in one slice
+    # only if their names are a slice count apart. A YAML inventory can do both: 1, 2, 3, 6, 4, 5.
+    order = GPUS[:3] + [RANKS[1]] + [name for name in GPUS[3:] if name != RANKS[1]]
+    gpu = {name: ({"sglang_server_multinode_group": GROUP} if name in RANKS else None) for name in order}
     hosts = FOLDER / "hosts.yml"
     hosts.write_text(yaml.safe_dump({
         "gpu_nodes": {"hosts": gpu, "children": {GROUP: {"hosts": {name: None for name in RANKS}}}},
         "sglang_routers": {"hosts": {ROUTER: None}},
-        "lab_nodes": {"children": {"gpu_nodes": None, "sglang_routers": None}}}))
+        "lab_nodes": {"children": {"gpu_nodes": None, "sglang_routers": None}}}, sort_keys=False))
     inventory_vars = {
         "fleet_gpu_nodes": {name: (GROUP if name in RANKS else "") for name in GPUS},
         "lab_hosts": sorted(GPUS + [ROUTER]),
         # A fresh wheel cache, shared by every slice (this one controller): one build must happen. The
         # lab's manifests are under the inventory's folder (group_vars), fresh too: one fetch must happen.
         "flash_attn_cache_dir": str(FOLDER / "wheels"),
+        # A lab build takes a minute: a seed that never builds ends the other slices' wait in 20.
+        "flash_attn_build_timeout_minutes": 20,
     }
     return hosts, inventory_vars
 
@@ -97,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         # 1. A slicing that splits the group: the rollout's tags, in two slices.
-        split = awx_sliced_inventories(inventory, GPUS + [ROUTER], 2, FOLDER / "split", inventory_vars)
+        split = awx_sliced_inventories(inventory, GPUS + [ROUTER], 2, JOBS / (PREFIX + "split"), inventory_vars)
         runs = [run_playbook(ROOT / "site.yml", part, tags="cuda,sglang,flash_attn,patches,server") for part in split]
         refused = [f["msg"] for run in runs for r in run.hosts.values() for f in r.failures]
         check("the split group is refused, before any change",
@@ -107,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # 2. The workflow, the rollout in three slices at once.
         t0 = time.monotonic()
-        jobs = run_awx_workflow(ROOT / "docs/awx-workflow.yml", inventory, FOLDER / "workflow", inventory_vars)
+        jobs = run_awx_workflow(ROOT / "docs/awx-workflow.yml", inventory, JOBS, inventory_vars, PREFIX)
         for name, job_runs in jobs:
             for run in job_runs:
                 hosts = sorted(set(run.hosts) - {"localhost"})
