@@ -55,10 +55,9 @@ def write_inventory() -> tuple[Path, dict]:
         shutil.rmtree(folder, ignore_errors=True)
     FOLDER.mkdir(parents=True)
     (FOLDER / "group_vars").symlink_to(ROOT / "inventory/lab/group_vars")
-    # The server stage wants a group's ranks one after the other in gpu_nodes; AWX keeps them in one slice
-    # only if their names are a slice count apart. A YAML inventory can do both: 1, 2, 3, 6, 4, 5.
-    order = GPUS[:3] + [RANKS[1]] + [name for name in GPUS[3:] if name != RANKS[1]]
-    gpu = {name: ({"sglang_server_multinode_group": GROUP} if name in RANKS else None) for name in order}
+    # In the order of their names, as AWX lists them: the group's ranks (a slice count apart, so that
+    # AWX keeps them in one slice) are never neighbours, and the rollout takes them together anyway.
+    gpu = {name: ({"sglang_server_multinode_group": GROUP} if name in RANKS else None) for name in GPUS}
     hosts = FOLDER / "hosts.yml"
     hosts.write_text(yaml.safe_dump({
         "gpu_nodes": {"hosts": gpu, "children": {GROUP: {"hosts": {name: None for name in RANKS}}}},

@@ -10,9 +10,11 @@ description:
   - A host without a multi-node group is a unit of its own. The hosts of one group, the inventory
     group named by their C(sglang_server_multinode_group), are one unit, ranked in that group's order
     as the server role ranks them (C(--node-rank)).
-  - Units come in the order of I(_input), the first host of a unit deciding its place.
-  - Every rank must be in I(_input), and the ranks of a group must stand together there, or the
-    rolling restart would split the group across batches; either fails with the group's name.
+  - Units come in the order of I(_input), the first host of a unit deciding its place. The ranks of
+    a group need not stand together there (AWX deals hosts to slices by name, so a group's ranks are
+    never neighbours by name in a sliced inventory): the unit collects them wherever they are.
+  - Every rank must be in I(_input), or the rolling restart would restart rank 0 against ranks that
+    keep running the old group; a missing rank fails with the group's name.
 positional: _input, hostvars, groups
 options:
   _input:
@@ -51,7 +53,7 @@ from ansible.errors import AnsibleFilterError
 def sglang_rollout_units(hosts, hostvars, groups):
     hosts = list(hosts)
     units, seen = [], {}
-    for position, host in enumerate(hosts):
+    for host in hosts:
         group = (hostvars[host] if host in hostvars else {}).get("sglang_server_multinode_group") or ""
         if not group:
             units.append({"name": host, "rank0": host, "ranks": [host]})
@@ -66,12 +68,16 @@ def sglang_rollout_units(hosts, hostvars, groups):
         if missing:
             raise AnsibleFilterError("multi-node group %s: %s not among the server hosts; every rank of a group "
                                      "restarts with it" % (group, ", ".join(missing)))
-        if sorted(hosts[position:position + len(ranks)]) != sorted(ranks):
-            raise AnsibleFilterError("multi-node group %s: its hosts (%s) must stand together in the server hosts' "
-                                     "order, so that one batch restarts them all" % (group, ", ".join(ranks)))
         seen[group] = True
         units.append({"name": group, "rank0": ranks[0], "ranks": ranks})
     return units
+
+
+def sglang_rollout_hosts(hosts, hostvars, groups):
+    """The hosts of I(hosts) whose plan put them in the rollout (C(__sglang_server_rollout)), unit by
+    unit: the order the rollout play takes them in, so that its batches hold whole groups."""
+    rolling = [host for host in hosts if (hostvars[host] if host in hostvars else {}).get("__sglang_server_rollout")]
+    return [rank for unit in sglang_rollout_units(rolling, hostvars, groups) for rank in unit["ranks"]]
 
 
 def _batch_size(spec, total):
@@ -109,5 +115,6 @@ class FilterModule(object):
         return {
             "sglang_rollout_units": sglang_rollout_units,
             "sglang_rollout_batches": sglang_rollout_batches,
+            "sglang_rollout_hosts": sglang_rollout_hosts,
         }
 

@@ -37,7 +37,7 @@ def batches(tmp_path, monkeypatch, hosts, groups, extravars=None, changing=None)
         "__sglang_server_restart_needed": "{{ inventory_hostname in %r }}" % list(changing or hosts)}}]
     plan["tasks"] += plan_tasks("A multi-node group restarts as one",
                                 "Whether this host rolls out (its group's restart, or a way back into a router) is known",
-                                "A host that rolls out joins the rollout's group")
+                                "The hosts that roll out join the rollout's group, unit by unit")
     rollout["tasks"] = [{"name": "The batch is recorded", "ansible.builtin.set_fact": {
         "sglang_batch": "{{ ansible_play_batch }}"}}]
     (tmp_path / "server.yml").write_text(yaml.safe_dump([named, plan, planner, rollout]))
@@ -90,15 +90,17 @@ def test_a_multi_node_group_is_never_split_across_batches(tmp_path, monkeypatch,
     assert batches(tmp_path, monkeypatch, hosts, {"t1": ["t1-r0", "t1-r1"]}, extravars) == expected
 
 
-def test_a_group_whose_hosts_are_apart_is_refused_before_any_batch(tmp_path, monkeypatch):
-    with pytest.raises(AssertionError, match="must stand together"):
-        batches(tmp_path, monkeypatch, ["t1-r0", "g1", "t1-r1"], {"t1": ["t1-r0", "t1-r1"]})
+def test_a_group_whose_hosts_are_apart_in_the_inventory_still_restarts_in_one_batch(tmp_path, monkeypatch):
+    """As an AWX slice lists them, by name: the ranks (a slice count apart) are never neighbours."""
+    hosts = ["t1-r1", "g1", "g2", "t1-r0", "g3"]
+    assert batches(tmp_path, monkeypatch, hosts, {"t1": ["t1-r0", "t1-r1"]}) == [
+        ["t1-r0", "t1-r1"], ["g1", "g2"], ["g3"]]
 
 
 def test_a_lab_node_keeps_its_address_when_the_plan_adds_the_rollout_group(tmp_path):
     """The lab's servers listen on 127.0.1.N by their place in the inventory: a group the plan adds
     (group_by) reorders groups['all'], and a rolled-out node must not take another node's address."""
-    play = [{"hosts": "gpu_nodes", "gather_facts": False, "tasks": plan_tasks("A host that rolls out joins the rollout's group")
+    play = [{"hosts": "gpu_nodes", "gather_facts": False, "tasks": plan_tasks("The hosts that roll out join the rollout's group, unit by unit")
              + [{"name": "The address is recorded", "ansible.builtin.set_fact": {"sglang_server_address_before": "{{ lab_node_address }}"}}]},
             {"hosts": "sglang_server_rollout", "gather_facts": False, "tasks": [
                 {"name": "The address is recorded", "ansible.builtin.set_fact": {"sglang_server_address_after": "{{ lab_node_address }}"}}]}]

@@ -2,7 +2,7 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from sglang_rollout import sglang_rollout_batches, sglang_rollout_units
+from sglang_rollout import sglang_rollout_batches, sglang_rollout_hosts, sglang_rollout_units
 
 GROUPS = {"tp": ["b0", "b1"], "big": ["c0", "c1", "c2", "c3"]}
 
@@ -37,9 +37,16 @@ def test_a_group_missing_a_rank_is_refused():
         units(["a", "b0"], {"b0": "tp"})
 
 
-def test_a_group_apart_is_refused():
-    with pytest.raises(AnsibleFilterError, match="must stand together"):
-        units(["b0", "a", "b1"], {"b0": "tp", "b1": "tp"})
+def test_a_group_whose_ranks_are_apart_is_one_unit_where_its_first_rank_stands():
+    """An AWX slice lists its hosts by name, so a group's ranks (a slice count apart) are never neighbours."""
+    found = units(["b1", "a", "b0", "d"], {"b0": "tp", "b1": "tp"})
+    assert [unit["ranks"] for unit in found] == [["b0", "b1"], ["a"], ["d"]]
+
+
+def test_the_rollout_order_is_unit_by_unit_and_holds_only_the_hosts_that_roll_out():
+    hostvars = {h: {"sglang_server_multinode_group": "tp" if h.startswith("b") else "",
+                    "__sglang_server_rollout": h != "d"} for h in ["a", "b0", "b1", "d", "e"]}
+    assert sglang_rollout_hosts(["b1", "a", "d", "e", "b0"], hostvars, GROUPS) == ["b0", "b1", "a", "e"]
 
 
 def test_a_bad_serial_entry_is_named():
