@@ -12,7 +12,7 @@ description:
     as the server role ranks them (C(--node-rank)).
   - Units come in the order of I(_input), the first host of a unit deciding its place. The ranks of
     a group need not stand together there (AWX deals hosts to slices by name, so a group's ranks are
-    never neighbours by name in a sliced inventory): the unit collects them wherever they are.
+    never neighbours by name in a sliced inventory); the unit collects them wherever they are.
   - Every rank must be in I(_input), or the rolling restart would restart rank 0 against ranks that
     keep running the old group; a missing rank fails with the group's name.
 positional: _input, hostvars, groups
