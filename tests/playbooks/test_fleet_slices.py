@@ -111,3 +111,21 @@ def test_the_stages_that_serve_the_whole_fleet_refuse_a_slice_naming_the_hosts_i
     assert failure["msg"] == ("%s: %s: this run is a slice of the fleet, without g1, g2, g3, g4, g5, g6, so it would leave "
                               "them out: run this stage in a job that is not sliced (the AWX workflow's finish job)"
                               % (host, what))
+
+
+def test_the_checks_run_in_the_first_stage_that_reaches_a_host_only(tmp_path):
+    """Every stage's role depends on the fleet role: over a run of stages, each host is checked once, in
+    the first play that reaches it (a host only a later play reaches is checked there), and the run's
+    start stays the one that first play set."""
+    plays = [{"name": "Stage %d" % n, "hosts": hosts, "gather_facts": False, "roles": [{"role": "fleet"}]}
+             for n, hosts in ((1, "g1"), (2, "g1,g2"), (3, "g1,g2"))]
+    (tmp_path / "stages.yml").write_text(yaml.safe_dump(plays))
+    result = run(tmp_path, tmp_path / "stages.yml", ["g1", "g2"], whole={"g1": "", "g2": ""})
+    assert result.rc == 0, result.failure_summary
+    for host in ("g1", "g2"):
+        checked = [task for task, _ in result.hosts[host].results
+                   if task == "The fleet settings of this host can work together"]
+        assert len(checked) == 1, (host, result.hosts[host].results)
+        started = {res["ansible_facts"]["fleet_run_started"] for task, res in result.hosts[host].results
+                   if "fleet_run_started" in (res.get("ansible_facts") or {})}
+        assert len(started) == 1
