@@ -159,6 +159,24 @@ def test_later_stages_find_the_install_without_the_sglang_stage(host):
     assert known_answer(first, 0) == "42"
 
 
+
+def test_a_settled_install_runs_no_pip_step_and_a_package_off_its_pin_is_repaired(host):
+    """A rerun over settled installs asks each install's python once and runs no pip step; a package taken
+    out of the install in service is put back by the pip steps, on that node alone."""
+    first, _ = nodes(host)
+    rerun = run_playbook(SITE, INVENTORY, tags="sglang")
+    assert rerun.rc == 0 and rerun.changed == 0, {h: r.changed_tasks for h, r in rerun.hosts.items()}
+    for node in NODES:
+        ran = [task for task, _ in rerun.hosts[node].results]
+        assert "What the complete install holds is read" in ran
+        assert not [task for task in ran if task.startswith(("The pinned", "The CUDA build"))], ran
+    first.check_output("/opt/sglang/current/bin/pip uninstall -y -q sgl-kernel")
+    repaired = run_playbook(SITE, INVENTORY, tags="sglang")
+    assert repaired.rc == 0, repaired.failure_summary
+    assert [task for task in repaired.hosts[NODES[0]].changed_tasks if task.startswith("The CUDA build of sgl-kernel")]
+    assert repaired.hosts[NODES[1]].changed == 0, repaired.hosts[NODES[1]].changed_tasks
+    first.check_output("/opt/sglang/current/bin/python -c 'import importlib.metadata as m; m.version(\"sgl-kernel\")'")
+
 # A host set up before versioned installs: one venv at /opt/sglang/venv, made there (its scripts'
 # shebangs name that path), and a unit that runs its python.
 MAKE_LEGACY = r"""set -e
