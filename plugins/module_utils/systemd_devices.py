@@ -119,3 +119,21 @@ def host_nodes(patterns):
                 kind = "c" if stat.S_ISCHR(st.st_mode) else "b"
                 nodes.append((path, kind, os.major(st.st_rdev), os.minor(st.st_rdev)))
     return sorted(set(nodes))
+
+
+def access(allow, patterns, proc_devices_path="/proc/devices", nodes=None):
+    """What a DevicePolicy=closed unit with these DeviceAllow= values does to this host's nodes matching
+    patterns: {nodes, denied, unmatched}, and `problem`, one line naming every denied node ("" when none).
+    Raises OSError when proc_devices_path cannot be read."""
+    with open(proc_devices_path) as handle:
+        groups = parse_proc_devices(handle.read())
+    nodes = host_nodes(patterns) if nodes is None else nodes
+    rules, unmatched = resolve(allow, groups, nodes)
+    result = {"nodes": ["%s %d:%d" % (path, major, minor) for path, _, major, minor in nodes],
+              "denied": denied_by(rules, nodes), "unmatched": unmatched, "problem": ""}
+    if result["denied"]:
+        result["problem"] = (
+            "DevicePolicy=closed with DeviceAllow=%s would deny %s: the server would see no GPU. Device groups in %s: %s"
+            % (", ".join(allow), ", ".join(result["denied"]), proc_devices_path,
+               ", ".join("%d %s" % g for g in groups["c"] if "nvidia" in g[1] or "infiniband" in g[1])))
+    return result

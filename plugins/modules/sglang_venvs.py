@@ -111,43 +111,10 @@ removed:
 
 import json
 import os
-import re
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-
-MARKER = ".sglang-fleet-install.json"
-ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-
-
-def link_target(path: str) -> str:
-    """The install a link under root names ("" when the link is missing or points elsewhere)."""
-    if not os.path.islink(path):
-        return ""
-    target = os.readlink(path)
-    parent, name = os.path.split(os.path.normpath(target))
-    return name if os.path.basename(parent) == "venvs" else ""
-
-
-def installs(root: str) -> list[dict]:
-    """Every install under root/venvs, newest built first (a marker's mtime is its build time)."""
-    base = os.path.join(root, "venvs")
-    found = []
-    for name in os.listdir(base) if os.path.isdir(base) else []:
-        path = os.path.join(base, name)
-        if name.startswith(".") or os.path.islink(path) or not os.path.isdir(path):
-            continue
-        marker = os.path.join(path, MARKER)
-        complete = os.path.isfile(marker)
-        found.append({"id": name, "complete": complete, "built": os.stat(marker if complete else path).st_mtime})
-    return sorted(found, key=lambda i: (i["built"], i["id"]), reverse=True)
-
-
-def state_of(root: str, legacy: str | None) -> dict:
-    return {"current": link_target(os.path.join(root, "current")),
-            "previous": link_target(os.path.join(root, "previous")),
-            "installs": installs(root),
-            "legacy": legacy if legacy and os.path.isdir(legacy) and not os.path.islink(legacy) else ""}
+from ansible.module_utils.sglang_installs import ID, MARKER, link_target, state_of
 
 
 def point(root: str, name: str, install: str) -> None:

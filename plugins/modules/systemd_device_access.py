@@ -66,15 +66,7 @@ unmatched:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.systemd_devices import denied_by, host_nodes, parse_proc_devices, resolve
-
-
-def check(allow, patterns, proc_devices, nodes=None):
-    """proc_devices: parse_proc_devices() of the host's /proc/devices (read and resolved once)."""
-    nodes = host_nodes(patterns) if nodes is None else nodes
-    rules, unmatched = resolve(allow, proc_devices, nodes)
-    return {"nodes": ["%s %d:%d" % (path, major, minor) for path, _, major, minor in nodes],
-            "denied": denied_by(rules, nodes), "unmatched": unmatched}
+from ansible.module_utils.systemd_devices import access
 
 
 def main():
@@ -88,19 +80,12 @@ def main():
     )
     p = module.params
     try:
-        with open(p["proc_devices"]) as handle:
-            text = handle.read()
+        result = access(p["allow"], p["nodes"], p["proc_devices"])
     except OSError as exc:
         module.fail_json(msg="cannot read %s: %s" % (p["proc_devices"], exc))
-    groups = parse_proc_devices(text)
-    result = check(p["allow"], p["nodes"], groups)
-    if result["denied"]:
-        module.fail_json(msg="DevicePolicy=closed with DeviceAllow=%s would deny %s: the server would see no GPU. "
-                             "Device groups in %s: %s" % (", ".join(p["allow"]), ", ".join(result["denied"]),
-                                                          p["proc_devices"],
-                                                          ", ".join("%d %s" % g for g in groups["c"]
-                                                                    if "nvidia" in g[1] or "infiniband" in g[1])),
-                         **result)
+    problem = result.pop("problem")
+    if problem:
+        module.fail_json(msg=problem, **result)
     module.exit_json(changed=False, **result)
 
 
