@@ -147,6 +147,14 @@ def test_a_failed_a_b_still_puts_the_original_unit_back(host, ab_run):
     assert run_playbook(ROOT / "site.yml", INVENTORY, tags="verify").rc == 0
 
 
+def test_a_poll_that_would_leave_a_run_unwatched_fails_before_anything_runs(host):
+    run = run_playbook(ROOT / "site.yml", INVENTORY, tags="bench", limit=NODES[0],
+                       extravars={"sglang_bench_poll_seconds": "0"})
+    assert run.rc != 0 and run.changed == 0
+    (failure,) = run.hosts[NODES[0]].failures
+    assert failure["task"] == "The bench's timing settings can work"
+    assert failure["msg"].startswith("sglang_bench_poll_seconds must be at least 1"), failure["msg"]
+
 def test_the_key_reaches_bench_serving_but_no_command_line_or_output(host):
     """At -vvv Ansible prints each module's arguments and the remote command it runs (a task's
     environment: is part of that command): the key must be in neither, and the bench still authenticates."""
