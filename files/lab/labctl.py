@@ -373,12 +373,49 @@ def up(inventory: Path, provision: bool = True) -> None:
         provision_nodes(inventory)
 
 
+def provision_inputs(inventory: Path) -> str:
+    """A digest of all that provision.yml reads: the playbook, the files it copies, the inventory's folder."""
+    lab = ROOT / "files/lab"
+    files = [lab / "provision.yml", lab / "nvidia-smi.py", lab / "sglang_lab_server.py", lab / "sglang_lab_fusion.py",
+             ROOT / "plugins/module_utils/sglang_args.py"]
+    # group_vars and host_vars are links in a generated inventory's folder: followed.
+    for folder, _, names in sorted(os.walk(inventory.resolve().parent, followlinks=True)):
+        files += [Path(folder) / name for name in sorted(names)]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def provision_stamp(inventory: Path) -> Path:
+    return ROOT / ".cache/lab-provisioned" / f"{pod_name(inventory)}.json"
+
+
+def provision_state(inventory: Path) -> dict:
+    """What a provisioning would start from: its inputs, and the very containers it would reach."""
+    containers = {name: podman("inspect", "--format", "{{.Id}}", name, check=False).stdout.strip()
+                  for name in inventory_hosts(inventory)}
+    return {"inputs": provision_inputs(inventory), "containers": containers}
+
+
 def provision_nodes(inventory: Path) -> None:
+    """provision.yml over the inventory, unless these containers were provisioned from these inputs already.
+
+    A rerun of bin/lab over a running lab changes nothing there, and a playbook run costs seconds; a
+    container started afresh (a new id) or any input changed provisions every node again.
+    """
+    stamp, state = provision_stamp(inventory), provision_state(inventory)
+    if stamp.exists() and json.loads(stamp.read_text()) == state:
+        log("the simulated hardware is provisioned already (same containers, same inputs)")
+        return
+    stamp.unlink(missing_ok=True)
     log("provisioning the simulated hardware")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory),
                     str(ROOT / "files/lab/provision.yml")], check=True, env=env, cwd=ROOT,
                    stdout=subprocess.DEVNULL if os.environ.get("LAB_QUIET") else None)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(state))
 
 
 def wait_booted(names: list[str], timeout: float = 120) -> None:

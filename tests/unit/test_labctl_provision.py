@@ -1,0 +1,69 @@
+"""labctl up provisions a lab node once per container and per set of inputs, not on every rerun."""
+import subprocess
+
+import pytest
+
+import labctl
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    """An inventory folder of its own, fake containers by id, and a record of provision.yml's runs."""
+    inventory = tmp_path / "fleet" / "hosts.yml"
+    inventory.parent.mkdir()
+    inventory.write_text("gpu_nodes:\n  hosts:\n    node-1:\n    node-2:\n")
+    (inventory.parent / "group_vars").mkdir()
+    (inventory.parent / "group_vars" / "all.yml").write_text("lab_gpu_count: 8\n")
+    containers = {"node-1": "id-a", "node-2": "id-b"}
+    runs = []
+
+    def podman(*args, check=True, capture=True):
+        assert args[:3] == ("inspect", "--format", "{{.Id}}")
+        return subprocess.CompletedProcess(args, 0, containers[args[3]] + "\n", "")
+
+    def run(argv, **kwargs):
+        runs.append(argv)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(labctl, "podman", podman)
+    monkeypatch.setattr(labctl, "provision_stamp", lambda inv: tmp_path / "stamps" / "fleet.json")
+    monkeypatch.setattr(labctl.subprocess, "run", run)
+    return inventory, containers, runs
+
+
+def test_a_rerun_over_the_same_containers_and_inputs_does_not_provision_again(lab):
+    inventory, _, runs = lab
+    labctl.provision_nodes(inventory)
+    labctl.provision_nodes(inventory)
+    assert len(runs) == 1 and runs[0][-1].endswith("files/lab/provision.yml")
+
+
+def test_a_container_started_afresh_is_provisioned_again(lab):
+    inventory, containers, runs = lab
+    labctl.provision_nodes(inventory)
+    containers["node-2"] = "id-c"
+    labctl.provision_nodes(inventory)
+    assert len(runs) == 2
+
+
+def test_a_changed_host_variable_is_provisioned_again(lab):
+    inventory, _, runs = lab
+    labctl.provision_nodes(inventory)
+    (inventory.parent / "group_vars" / "all.yml").write_text("lab_gpu_count: 4\n")
+    labctl.provision_nodes(inventory)
+    assert len(runs) == 2
+
+
+def test_a_failed_provisioning_is_tried_again_on_the_next_run(lab, monkeypatch):
+    inventory, _, runs = lab
+
+    def failing(argv, **kwargs):
+        runs.append(argv)
+        raise subprocess.CalledProcessError(2, argv)
+
+    monkeypatch.setattr(labctl.subprocess, "run", failing)
+    with pytest.raises(subprocess.CalledProcessError):
+        labctl.provision_nodes(inventory)
+    monkeypatch.setattr(labctl.subprocess, "run", lambda argv, **kw: runs.append(argv))
+    labctl.provision_nodes(inventory)
+    assert len(runs) == 2
