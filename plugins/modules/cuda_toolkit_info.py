@@ -26,6 +26,36 @@ options:
     description: Name of the alternative that points C(prefix/cuda) at a toolkit.
     type: str
     default: cuda
+  files:
+    description:
+      - Files to compare with what is asked of them, each C(path), C(content), C(mode), C(owner),
+        C(group); those that are missing or differ in any of these are in C(files_differ).
+      - What the role writes besides the toolkit (the profile script, the linker's file), so one
+        read tells whether the stage has anything left to do.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The file.
+        type: path
+        required: true
+      content:
+        description: What it holds.
+        type: str
+        required: true
+      mode:
+        description: Its mode, in octal.
+        type: str
+        default: "0644"
+      owner:
+        description: Its owner.
+        type: str
+        default: root
+      group:
+        description: Its group.
+        type: str
+        default: root
 attributes:
   check_mode:
     support: full
@@ -74,11 +104,19 @@ alternative:
     status: auto
     value: /usr/local/cuda-13.0
     choices: [{path: /usr/local/cuda-13.0, priority: 130}]
+files_differ:
+  description: The paths of I(files) that are missing or differ in content, mode, owner or group.
+  returned: always
+  type: list
+  elements: str
 """
 
 import glob
+import grp
 import os
+import pwd
 import re
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.nvcc import parse_nvcc
@@ -141,10 +179,32 @@ def gather(run, prefix, alternative):
     return {"toolkits": toolkits, "active": active, "alternative": parse_alternative(out) if rc == 0 else None}
 
 
+def file_differs(path, content, mode, owner, group):
+    """Whether the file is missing, or differs from what is asked in content, mode, owner or group."""
+    try:
+        st = os.lstat(path)
+        with open(path, "rb") as handle:
+            held = handle.read()
+    except OSError:
+        return True
+    try:
+        uid, gid = pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
+    except KeyError:
+        return True
+    return (not stat.S_ISREG(st.st_mode) or held != content.encode() or stat.S_IMODE(st.st_mode) != int(mode, 8)
+            or st.st_uid != uid or st.st_gid != gid)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={"prefix": {"type": "path", "default": "/usr/local"},
-                       "alternative": {"type": "str", "default": "cuda"}},
+                       "alternative": {"type": "str", "default": "cuda"},
+                       "files": {"type": "list", "elements": "dict", "default": [], "options": {
+                           "path": {"type": "path", "required": True},
+                           "content": {"type": "str", "required": True},
+                           "mode": {"type": "str", "default": "0644"},
+                           "owner": {"type": "str", "default": "root"},
+                           "group": {"type": "str", "default": "root"}}}},
         supports_check_mode=True,
     )
 
@@ -153,7 +213,10 @@ def main():
             return 127, "", "%s not found" % args[0]
         return module.run_command(args, environ_update={"LC_ALL": "C"})
 
-    module.exit_json(changed=False, **gather(run, module.params["prefix"], module.params["alternative"]))
+    differ = [f["path"] for f in module.params["files"]
+              if file_differs(f["path"], f["content"], f["mode"], f["owner"], f["group"])]
+    module.exit_json(changed=False, files_differ=differ,
+                     **gather(run, module.params["prefix"], module.params["alternative"]))
 
 
 if __name__ == "__main__":

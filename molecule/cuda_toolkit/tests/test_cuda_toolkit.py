@@ -61,6 +61,23 @@ def test_check_mode_on_the_converged_node_reports_nothing():
     assert run.rc == 0 and run.hosts["cuda-gpu-1"].changed == 0, run.hosts["cuda-gpu-1"].changed_tasks
 
 
+def test_a_drifted_node_is_found_by_the_first_read_and_repaired(host):
+    """A converged node skips the stage's work only while one read shows it as asked: a profile script
+    edited by hand and the alternative put back in auto mode are found, planned under --check without
+    a write, then repaired."""
+    host.check_output("echo 'export CUDA_HOME=/usr/local/cuda-12.8' > /etc/profile.d/cuda.sh")
+    host.check_output("update-alternatives --auto cuda")
+    check = run_playbook(ROOT / "playbooks/cuda.yml", INVENTORY, check=True, diff=True)
+    assert check.rc == 0 and check.hosts["cuda-gpu-1"].changed > 0, check.hosts["cuda-gpu-1"].failures
+    assert host.file("/etc/profile.d/cuda.sh").content_string == "export CUDA_HOME=/usr/local/cuda-12.8\n"
+    run = run_playbook(ROOT / "playbooks/cuda.yml", INVENTORY)
+    assert run.rc == 0 and run.hosts["cuda-gpu-1"].changed > 0, run.hosts["cuda-gpu-1"].failures
+    assert "export CUDA_HOME=/usr/local/cuda-13.0" in host.file("/etc/profile.d/cuda.sh").content_string
+    assert "Status: manual" in host.check_output("update-alternatives --query cuda")
+    again = run_playbook(ROOT / "playbooks/cuda.yml", INVENTORY)
+    assert again.rc == 0 and again.hosts["cuda-gpu-1"].changed == 0, again.hosts["cuda-gpu-1"].changed_tasks
+
+
 def test_a_newer_13_x_does_not_take_the_link(host):
     host.run_expect([0], "apt-get install -y cuda-toolkit-13-1")
     assert host.file("/usr/local/cuda").linked_to == "/usr/local/cuda-13.0"
