@@ -112,14 +112,13 @@ files_differ:
 """
 
 import glob
-import grp
 import os
-import pwd
 import re
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_footprint import file_differs
 from ansible.module_utils.nvcc import parse_nvcc
+
 
 def parse_alternative(text):
     """`update-alternatives --query NAME` into a dict."""
@@ -177,22 +176,6 @@ def gather(run, prefix, alternative):
     active = next((t for t in toolkits if t["home"] == target), None)
     rc, out, _ = run(["update-alternatives", "--query", alternative])
     return {"toolkits": toolkits, "active": active, "alternative": parse_alternative(out) if rc == 0 else None}
-
-
-def file_differs(path, content, mode, owner, group):
-    """Whether the file is missing, or differs from what is asked in content, mode, owner or group."""
-    try:
-        st = os.lstat(path)
-        with open(path, "rb") as handle:
-            held = handle.read()
-    except OSError:
-        return True
-    try:
-        uid, gid = pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
-    except KeyError:
-        return True
-    return (not stat.S_ISREG(st.st_mode) or held != content.encode() or stat.S_IMODE(st.st_mode) != int(mode, 8)
-            or st.st_uid != uid or st.st_gid != gid)
 
 
 def main():

@@ -83,6 +83,34 @@ def test_a_flag_the_router_rejects_fails_before_the_unit_changes():
     assert workers() == {url: True for url in WORKERS.values()}
 
 
+HEALER = "/usr/local/lib/sglang-fleet/sglang_router_healer.py"
+
+
+def test_a_drifted_router_host_is_found_by_one_read_and_repaired():
+    """A router host as asked (its key included, compared by its sha256) runs none of the install, file or
+    unit tasks; a healer edited by hand and its timer stopped are found by the one read, planned under
+    --check without a write, then repaired, and the next run is settled again."""
+    settled = run_playbook(ROOT / "playbooks/router.yml", INVENTORY)
+    assert settled.rc == 0 and settled.changed == 0, settled.hosts[ROUTER].changed_tasks
+    assert not {"ansible.builtin.pip", "ansible.builtin.copy", "ansible.builtin.template"} & set(
+        settled.hosts[ROUTER].actions), settled.hosts[ROUTER].actions
+    sh(ROUTER, "echo '# edited' >> %s; systemctl stop sglang-router-healer.timer" % HEALER)
+    check = run_playbook(ROOT / "playbooks/router.yml", INVENTORY, check=True, diff=True)
+    assert check.rc == 0, check.failure_summary
+    assert {"The healer is in place", "The healer's timer is enabled and running, restarted when it changed"} <= set(
+        check.hosts[ROUTER].changed_tasks), check.hosts[ROUTER].changed_tasks
+    assert sh(ROUTER, "tail -n 1 %s" % HEALER).stdout == "# edited\n"
+    assert sh(ROUTER, "systemctl is-active sglang-router-healer.timer", check=False).stdout.strip() == "inactive"
+    run = run_playbook(ROOT / "playbooks/router.yml", INVENTORY)
+    assert run.rc == 0, run.failure_summary
+    assert "# edited" not in sh(ROUTER, "cat %s" % HEALER).stdout
+    assert sh(ROUTER, "systemctl is-active sglang-router-healer.timer").stdout.strip() == "active"
+    again = run_playbook(ROOT / "playbooks/router.yml", INVENTORY)
+    assert again.rc == 0 and again.changed == 0, again.hosts[ROUTER].changed_tasks
+    assert "ansible.builtin.pip" not in again.hosts[ROUTER].actions
+    assert workers() == {url: True for url in WORKERS.values()}
+
+
 def test_check_mode_says_what_would_restart_and_touches_neither_router_nor_server():
     before = {node: count_starts(node) for node in SERVERS}
     run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, check=True, diff=True,
