@@ -122,3 +122,37 @@ def test_the_module_says_settled_only_when_nothing_differs_and_never_echoes_a_co
     assert short["settled"] is False
     assert short["pending"] == ["%s differs" % path, "user no-such-user-sglang is missing"]
     assert "a-long-wanted-content" not in json.dumps(short)
+
+
+REAL = FIXTURES / "hosts/h200-driver580/footprint"
+
+
+def test_the_real_ubuntu_host_s_dpkg_answer_names_the_missing_package_alone():
+    record = json.loads((REAL / "footprint.json").read_text())["dpkg_query"]
+    captured = (REAL / "dpkg-query.txt").read_text()
+    # dpkg-query exits 1 when one name matches nothing, and still lists the others.
+    assert fp.packages_missing(lambda argv: (record["rc"], captured, record["err"]), record["packages"]) == \
+        ["package no-such-package-sglang is not installed"]
+
+
+def test_the_real_host_s_systemd_252_says_which_units_are_off():
+    captured = (REAL / "systemctl-show.txt").read_text()
+    assert fp.units_not_running(lambda argv: (0, captured, ""), ["fp-running.service", "fp-stopped.service",
+                                                                 "fp-missing.service"]) == \
+        ["fp-stopped.service is inactive and enabled, not active and enabled",
+         "fp-missing.service is inactive and not installed, not active and enabled"]
+
+
+def test_on_the_real_host_the_module_settles_what_is_as_asked_and_names_every_difference():
+    record = json.loads((REAL / "footprint.json").read_text())
+    assert record["as_asked"]["result"]["settled"] is True, record["as_asked"]["result"]
+    off = record["off"]["result"]["pending"]
+    assert len(off) == 8 and not record["off"]["result"]["settled"]
+    # The units' and packages' phrases there are the ones this code derives from the raw captures.
+    captured = (REAL / "systemctl-show.txt").read_text()
+    assert off[-2:] == fp.units_not_running(lambda argv: (0, captured, ""), record["off"]["args"]["units"])
+    # Without systemd (the host has none of its own) the read says so instead of failing.
+    assert record["without_systemd"]["pending"] == ["systemd cannot say how fp-running.service stand (systemctl not found)"]
+    # What a file must hold never leaves the module: its log shows the no_log mask.
+    assert {f.get("content") for f in record["off"]["result"]["invocation"]["module_args"]["files"]} <= \
+        {"", "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"}
