@@ -86,12 +86,7 @@ def prepare_host(record):
 
 
 def write_units(units):
-    (harness.UNIT_DIR / harness.TARGET).write_text("[Unit]\nDescription=collector harness: nothing but the manager\n"
-                                                   "DefaultDependencies=no\nAllowIsolate=yes\n")
-    for name in harness.MASKED:
-        link = harness.UNIT_DIR / name
-        if not link.exists() and not link.is_symlink():
-            link.symlink_to("/dev/null")
+    harness.write_minimal_target("collector harness")
     for name, text in units.items():
         (harness.UNIT_DIR / name).write_text(text)
     dropin = harness.UNIT_DIR / (UNIT + ".service.d")

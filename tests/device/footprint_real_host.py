@@ -127,13 +127,7 @@ def main():
     record["without_systemd"] = module_run({"units": ["fp-running.service"]}, site)
 
     record["systemd_install"] = harness.install_systemd(args.carry.resolve(), work)
-    # The harness's minimal target and masks (no journald, nothing that changes the host at boot).
-    (harness.UNIT_DIR / harness.TARGET).write_text("[Unit]\nDescription=footprint probe: nothing but the manager\n"
-                                                   "DefaultDependencies=no\nAllowIsolate=yes\n")
-    for name in harness.MASKED:
-        link = harness.UNIT_DIR / name
-        if not link.exists() and not link.is_symlink():
-            link.symlink_to("/dev/null")
+    harness.write_minimal_target("footprint probe")
     for name in ("fp-running.service", "fp-stopped.service"):
         (harness.UNIT_DIR / name).write_text("[Service]\nExecStart=/bin/sleep 600\n"
                                              "[Install]\nWantedBy=multi-user.target\n")

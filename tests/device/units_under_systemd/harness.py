@@ -373,13 +373,18 @@ def install_role_script(unit):
             os.chmod(program, 0o755)
 
 
-def write_units(units, python, nvidia_smi, home, budget):
-    (UNIT_DIR / TARGET).write_text("[Unit]\nDescription=units harness: nothing but the manager\n"
-                                   "DefaultDependencies=no\nAllowIsolate=yes\n")
+def write_minimal_target(who):
+    """The target the manager boots to, with nothing in it, and the boot-time units it must not run masked."""
+    (UNIT_DIR / TARGET).write_text("[Unit]\nDescription=%s: nothing but the manager\n"
+                                   "DefaultDependencies=no\nAllowIsolate=yes\n" % who)
     for name in MASKED:
         link = UNIT_DIR / name
         if not link.exists() and not link.is_symlink():
             link.symlink_to("/dev/null")
+
+
+def write_units(units, python, nvidia_smi, home, budget):
+    write_minimal_target("units harness")
     for name, text in units.items():
         (UNIT_DIR / name).write_text(text)
         install_role_script(text)
