@@ -23,8 +23,6 @@ needs, wheels/ with ansible-core 2.19 and resolvelib.
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,17 +30,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/device/units_under_systemd"))
+import harness  # noqa: E402  (the units harness: its sh, systemd install and manager)
+
+run = harness.sh
 
 UNITS = ["fp-running.service", "fp-stopped.service", "fp-missing.service"]
 PACKAGES = ["dpkg", "python3-venv", "no-such-package-sglang"]
 TREE = Path("/etc/sglang-footprint-probe")
 VENV = Path("/opt/sglang-footprint-probe/venv")
 KEY = "real-host-footprint-key-91b3\n"
-
-
-def run(argv, **kwargs):
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, **kwargs)
-    return {"argv": argv, "rc": done.returncode, "out": done.stdout, "err": done.stderr}
 
 
 def module_run(args, site, nsenter=()):
@@ -111,7 +107,6 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    import harness
 
     record = {"os_release": Path("/etc/os-release").read_text(), "python": sys.version}
     work = Path(tempfile.mkdtemp(prefix="footprint-"))
