@@ -24,6 +24,10 @@ description:
   - C(adopt) takes over a venv from before versioned installs (I(legacy), a real directory). It is
     renamed to venvs/<id> and I(legacy) becomes a link to it, so the scripts inside, whose
     shebangs name the old path, and a server still running from it keep working.
+  - With I(probe), the same call also reads what Pythons hold, so a settled host needs no command
+    of its own for it. I(interpreter) is run with the probe before the action and its JSON is
+    returned as C(interpreter). I(report) names an install whose python is run with the probe after
+    the action, when the install is complete; its JSON is returned as C(report).
 options:
   root:
     description: Where C(venvs/), C(current) and C(previous) live.
@@ -56,6 +60,20 @@ options:
     description: For C(adopt), write a marker so the adopted venv counts as a complete install.
     type: bool
     default: false
+  probe:
+    description:
+      - Python source that prints one JSON object (the sglang role's C(venv_report.py)), run as
+        C(python -c probe) for I(interpreter) and I(report).
+    type: str
+  interpreter:
+    description: With I(probe), a python to run it with first; a python that fails it fails the task.
+    type: path
+  report:
+    description:
+      - With I(probe), the install whose python runs it after the action. An install that is missing
+        or not complete, or whose python fails the probe, gives C(report) null and says why in
+        C(report_error).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -107,11 +125,25 @@ removed:
   returned: always
   type: list
   elements: str
+interpreter:
+  description: What the probe printed, run with I(interpreter).
+  returned: when interpreter is given
+  type: dict
+  sample: {python: cpython-311, platform: linux-x86_64}
+report:
+  description: What the probe printed, run with the python of install I(report); null when it could not run.
+  returned: when report is given
+  type: dict
+report_error:
+  description: Why C(report) is null ("" when it is not).
+  returned: when report is given
+  type: str
 """
 
 import json
 import os
 import shutil
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_installs import ID, MARKER, link_target, state_of
@@ -142,6 +174,24 @@ def choose_removals(found: list[dict], keep: int, protected: set[str]) -> list[s
     return [i["id"] for i in found if i["id"] not in kept]
 
 
+def probe(python: str, source: str) -> tuple[dict | None, str]:
+    """(what the probe printed, parsed; "") or (None, why not): a python that is missing, fails, or
+    prints something other than one JSON object."""
+    try:
+        run = subprocess.run([python, "-c", source], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return None, "%s did not run: %s" % (python, error)
+    if run.returncode != 0:
+        return None, "%s exited %d: %s" % (python, run.returncode, run.stderr.strip()[-2000:])
+    try:
+        found = json.loads(run.stdout)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        return None, "%s printed no JSON object: %r" % (python, run.stdout[:200])
+    return found, ""
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -153,17 +203,26 @@ def main() -> None:
             "protect": {"type": "list", "elements": "str", "default": []},
             "legacy": {"type": "path"},
             "complete": {"type": "bool", "default": False},
+            "probe": {"type": "str"},
+            "interpreter": {"type": "path"},
+            "report": {"type": "str"},
         },
         required_if=[("state", "switch", ["id"]), ("state", "adopt", ["id", "legacy"])],
+        required_by={"interpreter": "probe", "report": "probe"},
         supports_check_mode=True,
     )
     p = module.params
     root, action = p["root"], p["state"]
-    for value in [p["id"] or ""] + [p["previous"] or ""] + p["protect"]:
+    for value in [p["id"] or ""] + [p["previous"] or ""] + [p["report"] or ""] + p["protect"]:
         if value and not ID.match(value):
             module.fail_json(msg="%r is not an install id (letters, digits, '.', '_', '+', '-')" % value)
     if p["keep"] < 1:
         module.fail_json(msg="keep must be at least 1, not %d" % p["keep"])
+    probed = {}
+    if p["interpreter"]:
+        probed["interpreter"], error = probe(p["interpreter"], p["probe"])
+        if error:
+            module.fail_json(msg="the interpreter that makes the venvs: " + error)
     before = state_of(root, p["legacy"])
     complete = {i["id"] for i in before["installs"] if i["complete"]}
     changed, removed = False, []
@@ -214,7 +273,13 @@ def main() -> None:
     after = before if module.check_mode or not changed else state_of(root, p["legacy"])
     if module.check_mode and action == "switch" and changed:
         after = dict(before, current=wanted["current"], previous=wanted["previous"])
-    module.exit_json(changed=changed, removed=removed, **after)
+    if p["report"]:
+        if p["report"] in {i["id"] for i in after["installs"] if i["complete"]}:
+            probed["report"], probed["report_error"] = probe(
+                os.path.join(root, "venvs", p["report"], "bin", "python"), p["probe"])
+        else:
+            probed["report"], probed["report_error"] = None, "%s/venvs/%s is no complete install" % (root, p["report"])
+    module.exit_json(changed=changed, removed=removed, **after, **probed)
 
 
 if __name__ == "__main__":

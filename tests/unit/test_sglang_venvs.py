@@ -1,7 +1,9 @@
 """sglang_venvs: the versioned installs under /opt/sglang, the current/previous links, prune, adopt."""
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +141,56 @@ def test_bad_input_fails_clearly_and_changes_nothing(tmp_path, capsys, args, mes
     result = run_module(capsys, {"root": str(tmp_path), **args})
     assert result["failed"] and message in result["msg"]
     assert list(tmp_path.iterdir()) == []
+
+
+# The sglang role's own probe: a settled host's one call reads the interpreter and the install with it.
+PROBE = (Path(__file__).resolve().parents[2] / "roles/sglang/files/venv_report.py").read_text()
+
+
+def real_venv(root, install, complete=True):
+    """An install whose python is a real one (this interpreter), as a venv's is."""
+    venv = build(root, install, complete=complete)
+    (venv / "bin/python").unlink()
+    (venv / "bin/python").symlink_to(sys.executable)
+    return venv
+
+
+def test_one_call_reads_the_interpreter_lists_prunes_and_reads_the_install_to_use(tmp_path, capsys):
+    real_venv(tmp_path, "0.5.9-new")
+    build(tmp_path, "0.5.9-old", age=50)
+    build(tmp_path, "0.5.9-older", age=100)
+    (tmp_path / "current").symlink_to("venvs/0.5.9-old")
+    result = run_module(capsys, {"root": str(tmp_path), "state": "prune", "keep": 2, "protect": ["0.5.9-new"],
+                                 "probe": PROBE, "interpreter": sys.executable, "report": "0.5.9-new"})
+    assert result["interpreter"]["python"] == sys.implementation.cache_tag
+    assert result["removed"] == ["0.5.9-older"] and result["current"] == "0.5.9-old"
+    assert result["report"]["python"] == sys.implementation.cache_tag and result["report_error"] == ""
+    assert set(result["report"]["packages"]) >= {"sglang", "sgl-kernel", "torch"}
+
+
+def test_an_unfinished_or_broken_install_gives_no_report_and_says_why(tmp_path, capsys):
+    real_venv(tmp_path, "unfinished", complete=False)
+    broken = build(tmp_path, "broken")
+    (broken / "bin/python").write_text("#!/bin/sh\necho 'No module named encodings' >&2\nexit 1\n")
+    (broken / "bin/python").chmod(0o755)
+    for install, why in [("unfinished", "venvs/unfinished is no complete install"),
+                         ("broken", "exited 1: No module named encodings"),
+                         ("missing", "venvs/missing is no complete install")]:
+        result = run_module(capsys, {"root": str(tmp_path), "probe": PROBE, "report": install})
+        assert not result.get("failed") and result["report"] is None and why in result["report_error"], result
+
+
+def test_an_interpreter_that_does_not_run_fails_before_anything_changes(tmp_path, capsys):
+    build(tmp_path, "a", age=20)
+    build(tmp_path, "b", age=10)
+    build(tmp_path, "c")
+    before = tree(tmp_path)
+    result = run_module(capsys, {"root": str(tmp_path), "state": "prune", "keep": 1, "probe": PROBE,
+                                 "interpreter": str(tmp_path / "no-python3")})
+    assert result["failed"] and "the interpreter that makes the venvs: " in result["msg"]
+    assert "no-python3 did not run" in result["msg"] and tree(tmp_path) == before
+
+
+def test_a_report_without_the_probe_is_refused(tmp_path, capsys):
+    result = run_module(capsys, {"root": str(tmp_path), "report": "a"})
+    assert result["failed"] and "probe" in result["msg"]

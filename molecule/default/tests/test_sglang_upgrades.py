@@ -161,15 +161,18 @@ def test_later_stages_find_the_install_without_the_sglang_stage(host):
 
 
 def test_a_settled_install_runs_no_pip_step_and_a_package_off_its_pin_is_repaired(host):
-    """A rerun over settled installs asks each install's python once and runs no pip step; a package taken
-    out of the install in service is put back by the pip steps, on that node alone."""
+    """A rerun over settled installs reads each install's python in the prune's call and runs no venv or
+    pip step; a package taken out of the install in service is put back by the pip steps, on that node
+    alone."""
     first, _ = nodes(host)
     rerun = run_playbook(SITE, INVENTORY, tags="sglang")
     assert rerun.rc == 0 and rerun.changed == 0, {h: r.changed_tasks for h, r in rerun.hosts.items()}
     for node in NODES:
-        ran = [task for task, _ in rerun.hosts[node].results]
-        assert "What the complete install holds is read" in ran
-        assert not [task for task in ran if task.startswith(("The pinned", "The CUDA build"))], ran
+        results = dict(rerun.hosts[node].results)
+        read = results["Installs beyond sglang_venv_keep are removed (never the current, the previous or this one)"]
+        assert read["report"]["packages"]["sglang"]["version"] == "0.5.9" and read["report_error"] == ""
+        assert not [task for task in results if task.startswith(("The pinned", "The CUDA build",
+                                                                  "The install's venv exists"))], list(results)
     first.check_output("/opt/sglang/current/bin/pip uninstall -y -q sgl-kernel")
     repaired = run_playbook(SITE, INVENTORY, tags="sglang")
     assert repaired.rc == 0, repaired.failure_summary
