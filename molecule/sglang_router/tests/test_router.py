@@ -97,7 +97,8 @@ def test_a_drifted_router_host_is_found_by_one_read_and_repaired():
     sh(ROUTER, "echo '# edited' >> %s; systemctl stop sglang-router-healer.timer" % HEALER)
     check = run_playbook(ROOT / "playbooks/router.yml", INVENTORY, check=True, diff=True)
     assert check.rc == 0, check.failure_summary
-    assert {"The healer is in place", "The healer's timer is enabled and running, restarted when it changed"} <= set(
+    assert {"The healer, the code it shares with the modules and its settings are in place",
+            "The healer's timer is enabled and running, restarted when it changed"} <= set(
         check.hosts[ROUTER].changed_tasks), check.hosts[ROUTER].changed_tasks
     assert sh(ROUTER, "tail -n 1 %s" % HEALER).stdout == "# edited\n"
     assert sh(ROUTER, "systemctl is-active sglang-router-healer.timer", check=False).stdout.strip() == "inactive"
