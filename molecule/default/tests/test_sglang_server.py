@@ -189,6 +189,39 @@ def test_a_rerun_restarts_nothing_and_does_not_log_the_secret(host):  # host: ru
     assert "lab-secret" not in text
 
 
+ENV_FILE = "/etc/sglang/sglang.env"
+SELFTEST = "/usr/local/lib/sglang-fleet/fusion_selftest.py"
+WRITERS = {"ansible.builtin.user", "ansible.builtin.copy", "ansible.builtin.file"}
+
+
+def test_a_drifted_server_host_is_found_by_one_read_and_repaired(host):  # host: runs in file order
+    """A settled host runs none of the user, file or gpu-init tasks. The key's env file opened to every
+    reader and the self-test edited by hand are found by the stage's one footprint read, planned under
+    --check without a write, then repaired without a restart (neither is the unit's), and the next run
+    is settled again."""
+    node = nodes(host)[0]
+    started = node.check_output("systemctl show -p ActiveEnterTimestampMonotonic --value sglang")
+    settled = run_server()
+    assert settled.rc == 0 and settled.changed == 0, {h: r.changed_tasks for h, r in settled.hosts.items()}
+    for name in NODES:
+        assert not WRITERS & set(settled.hosts[name].actions), settled.hosts[name].actions
+    # Left drifted if this test fails: the next run of the stage repairs it, as it does here.
+    node.check_output("chmod 0644 %s && echo '# edited' >> %s" % (ENV_FILE, SELFTEST))
+    check = run_playbook(SERVER, INVENTORY, limit=NODES[0], check=True, diff=True)
+    assert check.rc == 0, check.failure_summary
+    assert {"The key is in a root-only file for local clients (the bench sources it)",
+            "The fusion self-test is in place"} <= set(check.hosts[NODES[0]].changed_tasks), \
+        check.hosts[NODES[0]].changed_tasks
+    assert node.file(ENV_FILE).mode == 0o644 and node.file(SELFTEST).content_string.endswith("# edited\n")
+    run = run_playbook(SERVER, INVENTORY, limit=NODES[0])
+    assert run.rc == 0, run.failure_summary
+    assert node.file(ENV_FILE).mode == 0o600 and "# edited" not in node.file(SELFTEST).content_string
+    again = run_server()
+    assert again.rc == 0 and again.changed == 0, {h: r.changed_tasks for h, r in again.hosts.items()}
+    assert not WRITERS & set(again.hosts[NODES[0]].actions), again.hosts[NODES[0]].actions
+    assert node.check_output("systemctl show -p ActiveEnterTimestampMonotonic --value sglang") == started
+
+
 @pytest.mark.parametrize("extravars,expected", [
     ({"sglang_server_extra_args": ["--enable-flashinfer-allreduce-fusiom"]},
      "sglang 0.5.9 does not accept this command line: unknown flag --enable-flashinfer-allreduce-fusiom "
