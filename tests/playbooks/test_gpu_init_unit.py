@@ -122,11 +122,16 @@ def test_a_failing_nvidia_modprobe_fails_the_unit(tmp_path, monkeypatch):
 
 
 def test_the_role_installs_the_script_the_unit_runs():
+    """gpu_init.yml writes the script from its entry in vars/main.yml, the one the footprint's read compares."""
+    entry = yaml.safe_load((ROOT / "roles/sglang_server/vars/main.yml").read_text())["__sglang_server_files"][
+        "gpu_init_script"]
+    assert entry["path"] == "{{ __sglang_server_gpu_init_script }}" and entry["mode"] == "0755"
+    assert entry["owner"] == "root" and "'%s'" % SCRIPT.name in entry["content"]
     tasks = yaml.safe_load((ROOT / "roles/sglang_server/tasks/gpu_init.yml").read_text())  # the unit and its script
-    copies = [t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t]
-    (copy,) = [c for c in copies if c.get("src") == SCRIPT.name]
-    assert copy["dest"] == "{{ __sglang_server_gpu_init_script }}" and copy["mode"] == "0755"
-    assert copy["owner"] == "root"
+    (copy,) = [t for t in tasks if "ansible.builtin.copy" in t]
+    assert "__sglang_server_files.gpu_init_script" in copy["loop"]
+    assert copy["ansible.builtin.copy"]["content"] == "{{ item.content }}"
+    assert copy["ansible.builtin.copy"]["mode"] == "{{ item.mode }}"
     assert subprocess.run(["sh", "-n", str(SCRIPT)]).returncode == 0
 
 
