@@ -41,6 +41,8 @@ class HostResult:
     skipped: int = 0
     facts: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
+    # A no_log task's result reaches the events censored, `changed` included: it counts in `changed` (the
+    # play's stats) but is not named here.
     changed_tasks: list = field(default_factory=list)
     results: list = field(default_factory=list)  # (task name, result) of every task that ran, in order
     actions: list = field(default_factory=list)  # the module or action each of those ran, by full name

@@ -209,9 +209,11 @@ def test_a_drifted_server_host_is_found_by_one_read_and_repaired(host):  # host:
     node.check_output("chmod 0644 %s && echo '# edited' >> %s" % (ENV_FILE, SELFTEST))
     check = run_playbook(SERVER, INVENTORY, limit=NODES[0], check=True, diff=True)
     assert check.rc == 0, check.failure_summary
-    assert {"The key is in a root-only file for local clients (the bench sources it)",
-            "The fusion self-test is in place"} <= set(check.hosts[NODES[0]].changed_tasks), \
-        check.hosts[NODES[0]].changed_tasks
+    # The env file's task is no_log, and ansible-runner's events carry its result censored, `changed`
+    # included: it counts in the host's changes (the play's stats) without being named.
+    planned = check.hosts[NODES[0]]
+    assert "The fusion self-test is in place" in planned.changed_tasks, planned.changed_tasks
+    assert planned.changed == len(planned.changed_tasks) + 1, (planned.changed, planned.changed_tasks)
     assert node.file(ENV_FILE).mode == 0o644 and node.file(SELFTEST).content_string.endswith("# edited\n")
     run = run_playbook(SERVER, INVENTORY, limit=NODES[0])
     assert run.rc == 0, run.failure_summary
