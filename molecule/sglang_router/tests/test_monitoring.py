@@ -208,6 +208,9 @@ def test_a_stopped_server_fires_sglang_server_down_after_its_for_and_resolves_on
         assert [(a["labels"]["alertname"], a["labels"].get("host")) for a in caused] == [
             ("SglangServerDown", "rt-gpu-1")], firing_now
         earlier = sorted({a["labels"]["alertname"] for a in firing_now} - {"SglangServerDown"})
+        # Named with the instance each fired for, and since when: what an operator would look at next.
+        earlier_said = ["%s %s (since %s)" % (a["labels"]["alertname"], a["labels"].get("instance", ""), a["activeAt"])
+                        for a in firing_now if a["labels"]["alertname"] != "SglangServerDown"]
         # The page counts the firing rules the API lists.
         assert re.search(r"Firing \(%d\)" % (1 + len(earlier)), text), (text, firing_now)
     finally:
@@ -218,5 +221,5 @@ def test_a_stopped_server_fires_sglang_server_down_after_its_for_and_resolves_on
     wait("SglangServerDown resolved", lambda: not server_down_alerts(), 4 * SCRAPE + 30)
     say(capsys, "SglangServerDown fired %.0f s after the stop (for: %s) and resolved %.0f s after the start; "
         "firing before the stop and still: %s; screenshot: %s"
-        % (fired, rule["for"], time.monotonic() - back, ", ".join(earlier) or "none",
+        % (fired, rule["for"], time.monotonic() - back, ", ".join(earlier_said) or "none",
            SCREENSHOTS / "alerts-firing.png"))
