@@ -130,3 +130,20 @@ def test_every_call_the_daemon_makes_passes_its_drop_in_s_filter(rendered, unit)
     allowed = allowed_calls((rendered / "etc/systemd/system" / (unit + ".d") / "sglang-fleet.conf").read_text(), groups)
     assert allowed is not None and made, unit
     assert sorted(made - allowed) == [], unit
+
+
+def test_prometheus_never_starts_on_debian_s_own_configuration(rendered):
+    """apt starts Prometheus as it installs it, before the role has written its configuration. Debian's own
+    (the package's conffile /etc/prometheus/prometheus.yml) scrapes localhost:9100 as job `node`, a target no
+    inventory names: a Prometheus that ran on it, then restarted on the role's (no staleness markers on a
+    restart), held that target's last `up == 0` for five minutes, and NodeDown fired for "host  (localhost:9100)".
+    The drop-in runs it on the role's own file, and only once that file exists."""
+    debian_config = yaml.safe_load((DEBIAN / "prometheus.yml").read_text())
+    assert "localhost:9100" in [target for job in debian_config["scrape_configs"] if job["job_name"] == "node"
+                                for static in job["static_configs"] for target in static["targets"]]
+    conffiles = (DEBIAN / "prometheus.conffiles").read_text().split()
+    drop_in = (rendered / "etc/systemd/system/prometheus.service.d/sglang-fleet.conf").read_text()
+    (config,) = re.findall(r"--config\.file=(\S+)", exec_start(drop_in))
+    assert config not in conffiles, config
+    unit = drop_in.split("[Service]")[0]
+    assert "[Unit]" in unit and re.findall(r"^ConditionPathExists=(\S+)$", unit, re.M) == [config], drop_in
