@@ -138,7 +138,7 @@ def test_prometheus_never_starts_on_debian_s_own_configuration(rendered):
     inventory names: a Prometheus that ran on it, then restarted on the role's (no staleness markers on a
     restart), held that target's last `up == 0` for five minutes, and NodeDown fired for "host  (localhost:9100)".
     The drop-in runs it on the role's own file, and only once that file exists."""
-    debian_config = yaml.safe_load((DEBIAN / "prometheus.yml").read_text())
+    debian_config = yaml.safe_load((DEBIAN / "prometheus.yml.conffile").read_text())
     assert "localhost:9100" in [target for job in debian_config["scrape_configs"] if job["job_name"] == "node"
                                 for static in job["static_configs"] for target in static["targets"]]
     conffiles = (DEBIAN / "prometheus.conffiles").read_text().split()
