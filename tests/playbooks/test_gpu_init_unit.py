@@ -6,6 +6,7 @@ import shlex
 import stat
 import subprocess
 
+import jinja2
 import pytest
 import yaml
 
@@ -15,7 +16,9 @@ from test_server_unit import render
 # Where the role installs the unit's script, and the file it installs there.
 SCRIPT = ROOT / "roles/sglang_server/files/gpu_init.sh"
 VARS = yaml.safe_load((ROOT / "roles/sglang_server/vars/main.yml").read_text())
-INSTALLED = {VARS.get("__sglang_server_gpu_init_script"): str(SCRIPT)}
+FLEET = yaml.safe_load((ROOT / "roles/fleet/defaults/main.yml").read_text())  # fleet_scripts_dir
+INSTALLED_AT = jinja2.Template(VARS["__sglang_server_gpu_init_script"]).render(FLEET)
+INSTALLED = {INSTALLED_AT: str(SCRIPT)}
 
 
 def fake_dev(tmp_path, nodes):
@@ -142,4 +145,4 @@ def test_the_role_installs_the_script_the_unit_runs():
 def test_the_unit_runs_the_nvidia_modprobe_the_preflight_found(tmp_path, monkeypatch, found, runs):
     starts = gpu_init_starts(tmp_path, monkeypatch, gpu_preflight_nvidia_modprobe_path=found,
                              gpu_preflight_gpu_count=2)
-    assert starts == [[VARS["__sglang_server_gpu_init_script"], runs, "2"]]
+    assert starts == [[INSTALLED_AT, runs, "2"]]
