@@ -103,7 +103,8 @@ def test_the_collections_roles_render_the_server_unit_the_repositorys_do(install
     """Templates and role vars through the collection's filters (systemd_quote, http_url, sglang_install_id)."""
     mine = rendered_unit(tmp_path / "repo", ROOT / "roles", {})
     theirs = rendered_unit(tmp_path / "collection", installed_collection.root / "roles", installed_collection.env)
-    assert sorted(theirs) == ["gpu-1.selftest-argv.json", "gpu-1.sglang-gpu-init.service", "gpu-1.sglang.service"]
+    assert sorted(theirs) == ["gpu-1.paths.json", "gpu-1.selftest-argv.json", "gpu-1.sglang-gpu-init.service",
+                              "gpu-1.sglang.service"]
     assert theirs == mine
     assert "ExecStart=" in theirs["gpu-1.sglang.service"]
 

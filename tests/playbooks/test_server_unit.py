@@ -1,4 +1,5 @@
 """The production unit, rendered from the role defaults alone, and checked against sglang 0.5.9."""
+import json
 import shlex
 import sys
 
@@ -20,6 +21,17 @@ def render(tmp_path, monkeypatch, hosts, **extravars):
                        extravars={"render_dir": str(tmp_path), **extravars})
     assert run.rc == 0, run.hosts
     return {h: (tmp_path / f"{h}.sglang.service").read_text() for h in hosts}
+
+
+def test_the_unit_s_name_comes_from_the_fleet_layer_and_the_bench_reads_the_key_the_server_writes(tmp_path, monkeypatch):
+    """fleet_server_service names the unit, its gpu-init unit and its files; the bench's key file follows it."""
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], fleet_server_service="kimi")["gpu-node-01"]
+    assert "Requires=kimi-gpu-init.service" in unit.splitlines()
+    gpu_init = (tmp_path / "gpu-node-01.sglang-gpu-init.service").read_text()
+    assert "Before=kimi.service" in gpu_init.splitlines()
+    paths = json.loads((tmp_path / "gpu-node-01.paths.json").read_text())
+    assert paths == {"unit": "/etc/systemd/system/kimi.service", "env_file": "/etc/sglang/kimi.env",
+                     "config_file": "/etc/sglang/kimi.yaml", "bench_secrets_file": "/etc/sglang/kimi.env"}
 
 
 def device_allow(unit):

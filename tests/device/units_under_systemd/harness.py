@@ -47,7 +47,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
-SERVICE = "sglang"  # the role's default sglang_server_service
+SERVICE = "sglang"  # the fleet layer's default fleet_server_service
 UNIT_DIR = Path("/etc/systemd/system")
 LIB = Path("/usr/local/lib/sglang-fleet-harness")
 LOG_DIR = Path("/var/log/sglang-harness")
