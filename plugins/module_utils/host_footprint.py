@@ -29,8 +29,9 @@ def file_differs(path, content, mode, owner, group):
 
 def path_differs(want):
     """None where the path is as asked, else the phrase that says how it is not. want: path, state (file,
-    directory or absent), and for a file or directory mode, owner, group, for a file its content or, where
-    that is a secret the module must not be handed, the sha256 of its content."""
+    directory, link or absent), and for a file or directory mode, owner, group, for a file its content or,
+    where that is a secret the module must not be handed, the sha256 of its content, for a link its target
+    (as the link holds it, not resolved: a link is switched by what it names)."""
     path, state = want["path"], want.get("state") or "file"
     try:
         st = os.lstat(path)
@@ -40,6 +41,11 @@ def path_differs(want):
         return "%s cannot be read (%s)" % (path, err.strerror)
     if state == "absent":
         return "%s is still there" % path
+    if state == "link":
+        if not stat.S_ISLNK(st.st_mode):
+            return "%s is not a symlink" % path
+        target = os.readlink(path)
+        return None if target == want.get("target") else "%s points to %s, not %s" % (path, target, want.get("target"))
     if state == "directory" and not stat.S_ISDIR(st.st_mode):
         return "%s is not a directory" % path
     if state == "file":

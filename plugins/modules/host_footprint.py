@@ -26,10 +26,14 @@ options:
         type: path
         required: true
       state:
-        description: C(file) (a regular file with I(content)), C(directory), or C(absent).
+        description: C(file) (a regular file with I(content)), C(directory), C(link) (a symlink to I(target)), or C(absent).
         type: str
-        choices: [file, directory, absent]
+        choices: [file, directory, link, absent]
         default: file
+      target:
+        description: What the symlink must hold, as it holds it (not resolved), for I(state=link).
+        type: str
+        default: ""
       content:
         description: What the file must hold exactly, for I(state=file).
         type: str
@@ -138,7 +142,8 @@ def main():
         argument_spec={
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
-                "state": {"type": "str", "choices": ["file", "directory", "absent"], "default": "file"},
+                "state": {"type": "str", "choices": ["file", "directory", "link", "absent"], "default": "file"},
+                "target": {"type": "str", "default": ""},
                 # What a file holds may be a secret (a key file): masked wherever the module's log shows it.
                 "content": {"type": "str", "default": "", "no_log": True},
                 "sha256": {"type": "str", "default": ""},

@@ -59,6 +59,20 @@ def test_directories_and_absent_paths(tmp_path):
     assert fp.path_differs(mine(path=str(stray), state="directory")) == "%s is not a directory" % stray
 
 
+def test_a_link_is_held_only_where_it_names_the_target_as_the_venvs_switch_writes_it(tmp_path):
+    """The server's install to serve: <root>/current as sglang_venvs' switch points it (venvs/<id>)."""
+    import sglang_venvs
+    want = {"path": str(tmp_path / "current"), "state": "link", "target": "venvs/0.5.9-b"}
+    assert fp.path_differs(want) == "%s is missing" % want["path"]
+    sglang_venvs.point(str(tmp_path), "current", "0.5.9-a")
+    assert fp.path_differs(want) == "%s points to venvs/0.5.9-a, not venvs/0.5.9-b" % want["path"]
+    sglang_venvs.point(str(tmp_path), "current", "0.5.9-b")
+    assert fp.path_differs(want) is None
+    (tmp_path / "current").unlink()
+    (tmp_path / "current").mkdir()
+    assert fp.path_differs(want) == "%s is not a symlink" % want["path"]
+
+
 def test_a_user_must_exist_with_its_home_and_shell():
     me = pwd.getpwuid(os.getuid())
     assert fp.user_differs({"name": me.pw_name, "home": me.pw_dir, "shell": me.pw_shell}) is None

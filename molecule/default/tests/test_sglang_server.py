@@ -192,6 +192,14 @@ def test_a_rerun_restarts_nothing_and_does_not_log_the_secret(host):  # host: ru
 ENV_FILE = "/etc/sglang/sglang.env"
 SELFTEST = "/usr/local/lib/sglang-fleet/fusion_selftest.py"
 WRITERS = {"ansible.builtin.user", "ansible.builtin.copy", "ansible.builtin.file"}
+# The check-mode pass over the unit and the install switch (unit.yml): a host whose unit, its state and
+# `current` are as asked runs none of it.
+UNIT_PASS = {"slurp", "systemd_service", "sglang_venvs"}
+
+
+def modules_run(result):
+    """The short names of the modules a host ran (ansible.builtin.slurp, ansible.legacy.sglang_venvs...)."""
+    return {action.rsplit(".", 1)[-1] for action in result.actions}
 
 
 def test_a_drifted_server_host_is_found_by_one_read_and_repaired(host):  # host: runs in file order
@@ -205,6 +213,7 @@ def test_a_drifted_server_host_is_found_by_one_read_and_repaired(host):  # host:
     assert settled.rc == 0 and settled.changed == 0, {h: r.changed_tasks for h, r in settled.hosts.items()}
     for name in NODES:
         assert not WRITERS & set(settled.hosts[name].actions), settled.hosts[name].actions
+        assert not UNIT_PASS & modules_run(settled.hosts[name]), settled.hosts[name].actions
     # Left drifted if this test fails: the next run of the stage repairs it, as it does here.
     node.check_output("chmod 0644 %s && echo '# edited' >> %s" % (ENV_FILE, SELFTEST))
     check = run_playbook(SERVER, INVENTORY, limit=NODES[0], check=True, diff=True)
@@ -222,6 +231,27 @@ def test_a_drifted_server_host_is_found_by_one_read_and_repaired(host):  # host:
     assert again.rc == 0 and again.changed == 0, {h: r.changed_tasks for h, r in again.hosts.items()}
     assert not WRITERS & set(again.hosts[NODES[0]].actions), again.hosts[NODES[0]].actions
     assert node.check_output("systemctl show -p ActiveEnterTimestampMonotonic --value sglang") == started
+
+
+def test_a_hand_edited_unit_is_found_by_the_read_planned_under_check_and_put_back_with_a_restart(host):
+    """The plan's second read (the unit as rendered, enabled and active, `current` as switched) finds a
+    unit edited by hand: --check plans its rewrite and writes nothing, the run puts it back and restarts
+    the server on it, and the next run skips the unit pass again."""
+    node = nodes(host)[0]
+    rendered = node.file(UNIT).content_string
+    started = node.check_output("systemctl show -p ActiveEnterTimestampMonotonic --value sglang")
+    node.check_output("echo '# edited by hand' >> %s" % UNIT)  # left drifted on failure: the next run repairs it
+    check = run_playbook(SERVER, INVENTORY, limit=NODES[0], check=True, diff=True)
+    assert check.rc == 0, check.failure_summary
+    assert "The unit is rendered" in check.hosts[NODES[0]].changed_tasks, check.hosts[NODES[0]].changed_tasks
+    assert node.file(UNIT).content_string.endswith("# edited by hand\n")
+    run = run_playbook(SERVER, INVENTORY, limit=NODES[0])
+    assert run.rc == 0, run.failure_summary
+    assert node.file(UNIT).content_string == rendered
+    assert node.check_output("systemctl show -p ActiveEnterTimestampMonotonic --value sglang") != started
+    again = run_playbook(SERVER, INVENTORY, limit=NODES[0])
+    assert again.rc == 0 and again.changed == 0, again.hosts[NODES[0]].changed_tasks
+    assert not UNIT_PASS & modules_run(again.hosts[NODES[0]]), again.hosts[NODES[0]].actions
 
 
 @pytest.mark.parametrize("extravars,expected", [
