@@ -378,12 +378,16 @@ def provision_inputs(inventory: Path) -> str:
     lab = ROOT / "files/lab"
     files = [lab / "provision.yml", lab / "nvidia-smi.py", lab / "sglang_lab_server.py", lab / "sglang_lab_fusion.py",
              ROOT / "plugins/module_utils/sglang_args.py"]
+    named = [(path.relative_to(ROOT), path) for path in files]
     # group_vars and host_vars are links in a generated inventory's folder: followed.
-    for folder, _, names in sorted(os.walk(inventory.resolve().parent, followlinks=True)):
-        files += [Path(folder) / name for name in sorted(names)]
+    folder = inventory.resolve().parent
+    for here, _, names in sorted(os.walk(folder, followlinks=True)):
+        named += [(Path(here, name).relative_to(folder), Path(here, name)) for name in sorted(names)]
+    # Each file by its place in the checkout or the inventory's folder, not by where the checkout is:
+    # the same lab reached from a second clone (a worktree) is not provisioned again.
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in named:
+        digest.update(str(name).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

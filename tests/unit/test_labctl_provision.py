@@ -1,4 +1,5 @@
 """labctl up provisions a lab node once per container and per set of inputs, not on every rerun."""
+import shutil
 import subprocess
 
 import pytest
@@ -36,6 +37,24 @@ def test_a_rerun_over_the_same_containers_and_inputs_does_not_provision_again(la
     labctl.provision_nodes(inventory)
     labctl.provision_nodes(inventory)
     assert len(runs) == 1 and runs[0][-1].endswith("files/lab/provision.yml")
+
+
+def test_the_same_lab_reached_from_another_clone_is_not_provisioned_again(lab, tmp_path, monkeypatch):
+    """The inputs are named by their place in the checkout and the inventory's folder, not by its path."""
+    inventory, _, runs = lab
+    labctl.provision_nodes(inventory)
+    clone = tmp_path / "clone"
+    for name in ("files/lab/provision.yml", "files/lab/nvidia-smi.py", "files/lab/sglang_lab_server.py",
+                 "files/lab/sglang_lab_fusion.py", "plugins/module_utils/sglang_args.py"):
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        (clone / name).write_bytes((labctl.ROOT / name).read_bytes())
+    shutil.copytree(inventory.parent, clone / "fleet")
+    monkeypatch.setattr(labctl, "ROOT", clone)
+    labctl.provision_nodes(clone / "fleet" / "hosts.yml")
+    assert len(runs) == 1
+    (clone / "files/lab/provision.yml").write_text("---\n")  # a changed input still counts
+    labctl.provision_nodes(clone / "fleet" / "hosts.yml")
+    assert len(runs) == 2
 
 
 def test_a_container_started_afresh_is_provisioned_again(lab):
