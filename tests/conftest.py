@@ -25,6 +25,16 @@ import zipfile
 
 import pytest
 
+# Settings a role had when a real host was captured, and where they live now: a capture's settings are
+# replayed under today's names (the values are the host's, unchanged).
+MOVED_SETTINGS = {"sglang_server_nvidia_smi": "fleet_nvidia_smi", "fleet_monitoring_nvidia_smi": "fleet_nvidia_smi"}
+
+
+def settings_today(captured: dict) -> dict:
+    """A capture's extra vars under today's names."""
+    return {MOVED_SETTINGS.get(name, name): value for name, value in captured.items()}
+
+
 UPSTREAM = ROOT / ".cache/upstream"
 PINNED = {"sglang": "0.5.9", "flashinfer-python": "0.6.3"}
 

@@ -127,6 +127,7 @@ p2p_problems:
 """
 
 import csv
+import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
@@ -311,6 +312,12 @@ def main():
     nvidia_smi = module.params["nvidia_smi"]
     binary = module.get_bin_path(nvidia_smi, opt_dirs=TOOL_DIRS)
     if binary is None:
+        # A path asked for by name that is not there: the host's own nvidia-smi, where it has one elsewhere
+        # (NVIDIA's container stack puts it in /usr/local/nvidia/bin), is the path to give instead.
+        elsewhere = os.path.isabs(nvidia_smi) and module.get_bin_path(os.path.basename(nvidia_smi), opt_dirs=TOOL_DIRS)
+        if elsewhere:
+            module.fail_json(msg="nvidia-smi is not at %s, but this host has one at %s: set fleet_nvidia_smi to it"
+                                 % (nvidia_smi, elsewhere))
         module.fail_json(msg="nvidia-smi not found (looked for %r in PATH, %s): is the NVIDIA driver installed?"
                              % (nvidia_smi, ", ".join(TOOL_DIRS)))
 

@@ -33,7 +33,7 @@ def preflight(tmp_path, monkeypatch, nvidia_modprobe):
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"h200": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
     run = run_playbook(ROOT / "playbooks/preflight.yml", inventory, extravars={
-        "gpu_preflight_nvidia_smi": str(fake_nvidia_smi(tmp_path / "nvidia-smi")),
+        "fleet_nvidia_smi": str(fake_nvidia_smi(tmp_path / "nvidia-smi")),
         "gpu_preflight_driver_version_file": str(H200 / "proc-driver-nvidia-version.txt"),
         "gpu_preflight_nvidia_modprobe": str(nvidia_modprobe),
         "gpu_preflight_expected_gpu_count": 1, "gpu_preflight_expected_compute_capability": "9.0",

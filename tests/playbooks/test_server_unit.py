@@ -49,6 +49,14 @@ def exec_start(unit):
     return shlex.split(" ".join(lines))
 
 
+def test_persistence_mode_runs_the_fleet_s_one_nvidia_smi(tmp_path, monkeypatch):
+    """The nvidia-smi the preflight ran (fleet_nvidia_smi) is the one the gpu-init unit runs at boot."""
+    render(tmp_path, monkeypatch, ["gpu-node-01"], fleet_nvidia_smi="/usr/local/nvidia/bin/nvidia-smi",
+           sglang_server_persistence_mode=True)
+    gpu_init = (tmp_path / "gpu-node-01.sglang-gpu-init.service").read_text().splitlines()
+    assert "ExecStart=/usr/local/nvidia/bin/nvidia-smi --persistence-mode=1" in gpu_init
+
+
 def test_defaults_alone_give_the_production_unit(tmp_path, monkeypatch, site_packages):
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
     argv = exec_start(unit)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT, load_collector
+from conftest import FIXTURES, ROOT, load_collector, settings_today
 from fleet import run_playbook
 
 CAPTURE = FIXTURES / "hosts/h200-driver580/monitoring/unit"
@@ -24,7 +24,7 @@ def test_the_captured_units_are_the_ones_the_role_renders_today(record, tmp_path
     hosts.write_text(json.dumps({"all": {"hosts": {record["render"]["inventory_hostname"]: {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
     run = run_playbook(ROOT / "tests/playbooks/render_monitoring_units.yml", hosts,
-                       extravars=dict(record["render"]["extra_vars"], render_dir=str(tmp_path / "out")))
+                       extravars=dict(settings_today(record["render"]["extra_vars"]), render_dir=str(tmp_path / "out")))
     assert run.rc == 0, run.failure_summary
     for name in ("nvidia-smi-textfile.service", "nvidia-smi-textfile.timer"):
         assert (tmp_path / "out/etc/systemd/system" / name).read_text() == (CAPTURE / name).read_text(), name

@@ -2,9 +2,10 @@
 import json
 
 import pytest
+import yaml
 
 import nvidia_gpu_info as mod
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
 SMI = FIXTURES / "nvidia-smi"
 H200_QUERY = (SMI / "h200-query-noheader-nounits.csv").read_text()
@@ -121,6 +122,18 @@ def test_module_fails_clearly_without_nvidia_smi(monkeypatch, capsys, tmp_path):
     assert "nvidia-smi not found" in result["msg"]
 
 
+def test_a_missing_absolute_path_names_the_host_s_own_nvidia_smi(monkeypatch, capsys, tmp_path):
+    """The real H200 host's nvidia-smi is /usr/local/nvidia/bin's, not the packaged /usr/bin one."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexit 0\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = run_module(capsys, {"nvidia_smi": str(tmp_path / "absent/nvidia-smi")})
+    assert result["failed"] is True
+    assert result["msg"] == "nvidia-smi is not at %s, but this host has one at %s: set fleet_nvidia_smi to it" % (
+        tmp_path / "absent/nvidia-smi", smi)
+
+
 def test_module_runs_the_binary_end_to_end(monkeypatch, capsys, tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\ncase \"$1\" in --query-gpu=*) cat %s ;; *) cat %s ;; esac\n"
@@ -166,3 +179,12 @@ def test_nvidia_modprobe_is_found_where_the_driver_s_tools_are(monkeypatch, caps
     assert result["nvidia_modprobe"] == str(tool_dir / "nvidia-modprobe")
     # An explicit path is taken as it is, and reported only when it is there.
     assert run_module(capsys, {"nvidia_modprobe": str(tmp_path / "absent")})["nvidia_modprobe"] == ""
+
+
+def test_the_real_host_read_its_driver_with_the_fleet_s_default_nvidia_smi_and_with_its_own():
+    """Captured on the H200 host with today's default: a changed default must be taken there again."""
+    capture = json.loads((FIXTURES / "hosts/h200-driver580/preflight/nvidia-smi.json").read_text())
+    fleet = yaml.safe_load((ROOT / "roles/fleet/defaults/main.yml").read_text())
+    assert capture["fleet_nvidia_smi_default"] == fleet["fleet_nvidia_smi"]
+    assert capture["default"] == {"failed": False, "msg": ""}
+    assert capture["given"] == {"failed": False, "gpu_count": 1, "driver_version": "580.159.04"}

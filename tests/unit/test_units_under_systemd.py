@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from conftest import H200, ROOT
+from conftest import H200, ROOT, settings_today
 from fleet import run_playbook
 
 CAPTURE = H200 / "units-under-systemd"
@@ -48,7 +48,7 @@ def test_the_capture_holds_the_units_the_role_renders_today(tmp_path, monkeypatc
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {host: {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
     run = run_playbook(ROOT / render["playbook"], inventory,
-                       extravars=dict(render["extra_vars"], render_dir=str(tmp_path)))
+                       extravars=dict(settings_today(render["extra_vars"]), render_dir=str(tmp_path)))
     assert run.rc == 0, run.hosts
     for name, captured in (("sglang.service", UNIT), ("sglang-gpu-init.service", GPU_INIT)):
         assert (tmp_path / f"{host}.{name}").read_text() == captured, f"{name} is not what the role renders now"

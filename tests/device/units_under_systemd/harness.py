@@ -243,7 +243,7 @@ def render_vars(found):
     extra = {"sglang_server_gpus_per_node": len(found["gpus"]),
              "sglang_server_python": found["python"],
              "sglang_server_cuda_home": found["cuda_home"],
-             "sglang_server_nvidia_smi": found["nvidia_smi"],
+             "fleet_nvidia_smi": found["nvidia_smi"],
              "sglang_server_env": found["env"]}
     if found["nvidia_modprobe"]:
         extra["sglang_server_nvidia_modprobe"] = found["nvidia_modprobe"]
