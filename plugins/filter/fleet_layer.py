@@ -180,10 +180,14 @@ PORTS = ("fleet_server_port", "fleet_server_dist_init_port", "fleet_router_port"
 
 
 def fleet_problems(host, hostvars):
-    """What cannot work on `host`: a port out of range, or two of the fleet's listeners on one port
-    (a GPU host may run a router too)."""
+    """What cannot work on `host`: a port out of range, two of the fleet's listeners on one port (a GPU
+    host may run a router too), or an nvidia-smi that is not an absolute path (the gpu-init unit and the
+    GPU collector's unit run it outside any PATH the preflight saw)."""
     settings = fleet_settings(host, hostvars)
     problems, owner = [], {}
+    if not str(settings["fleet_nvidia_smi"]).startswith("/"):
+        problems.append("fleet_nvidia_smi is %r, not an absolute path (say /usr/bin/nvidia-smi)"
+                        % settings["fleet_nvidia_smi"])
     for name in PORTS:
         try:
             port = int(settings[name])

@@ -80,6 +80,9 @@ def test_ports_that_clash_on_one_host_are_named():
         "fleet_server_port and fleet_router_port are both 30000: give each its own port",
         "fleet_router_prometheus_port is 70000, not a port (1-65535)"]
     assert fleet_problems("box", {"box": {"fleet_server_port": "http"}}) == ["fleet_server_port is 'http', not a port"]
+    assert fleet_problems("box", {"box": {"fleet_nvidia_smi": "nvidia-smi"}}) == [
+        "fleet_nvidia_smi is 'nvidia-smi', not an absolute path (say /usr/bin/nvidia-smi)"]
+    assert fleet_problems("box", {"box": {"fleet_nvidia_smi": "/usr/local/nvidia/bin/nvidia-smi"}}) == []
 
 
 def test_every_pip_run_gets_the_fleet_s_index_wheelhouse_and_proxy():
