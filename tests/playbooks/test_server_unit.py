@@ -57,6 +57,12 @@ def test_persistence_mode_runs_the_fleet_s_one_nvidia_smi(tmp_path, monkeypatch)
     assert "ExecStart=/usr/local/nvidia/bin/nvidia-smi --persistence-mode=1" in gpu_init
 
 
+def test_the_server_s_cuda_home_is_the_fleet_s_toolkit(tmp_path, monkeypatch):
+    """fleet_cuda_release, which the cuda stage installs as /usr/local/cuda-<release>, is CUDA_HOME."""
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], fleet_cuda_release="13.1")["gpu-node-01"]
+    assert "Environment=CUDA_HOME=/usr/local/cuda-13.1" in unit.splitlines()
+
+
 def test_defaults_alone_give_the_production_unit(tmp_path, monkeypatch, site_packages):
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
     argv = exec_start(unit)
