@@ -27,7 +27,8 @@ import pytest
 
 # Settings a role had when a real host was captured, and where they live now: a capture's settings are
 # replayed under today's names (the values are the host's, unchanged).
-MOVED_SETTINGS = {"sglang_server_nvidia_smi": "fleet_nvidia_smi", "fleet_monitoring_nvidia_smi": "fleet_nvidia_smi"}
+MOVED_SETTINGS = {"sglang_server_nvidia_smi": "fleet_nvidia_smi", "fleet_monitoring_nvidia_smi": "fleet_nvidia_smi",
+                  "fleet_monitoring_gpu_expected_count": "fleet_gpus_per_host"}
 
 
 def settings_today(captured: dict) -> dict:

@@ -126,7 +126,7 @@ def main():
                           "dmesg_restrict": Path("/proc/sys/kernel/dmesg_restrict").read_text().strip()}
         site = work / "ansible-site"
         record["ansible_wheels"] = harness.unpack_wheels(args.carry.resolve(), site)
-        extra = {"fleet_nvidia_smi": smi, "fleet_monitoring_gpu_expected_count": len(gpus)}
+        extra = {"fleet_nvidia_smi": smi, "fleet_gpus_per_host": len(gpus)}
         record["render"] = {"inventory_hostname": args.host_name, "extra_vars": extra,
                             "playbook": "tests/playbooks/render_monitoring_units.yml"}
         record["render"]["run"], units = render(site, extra, args.host_name, work)

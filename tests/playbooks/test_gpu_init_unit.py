@@ -144,5 +144,5 @@ def test_the_role_installs_the_script_the_unit_runs():
 ])
 def test_the_unit_runs_the_nvidia_modprobe_the_preflight_found(tmp_path, monkeypatch, found, runs):
     starts = gpu_init_starts(tmp_path, monkeypatch, gpu_preflight_nvidia_modprobe_path=found,
-                             gpu_preflight_gpu_count=2)
+                             fleet_gpus_per_host=2)
     assert starts == [[INSTALLED_AT, runs, "2"]]

@@ -36,7 +36,7 @@ def preflight(tmp_path, monkeypatch, nvidia_modprobe):
         "fleet_nvidia_smi": str(fake_nvidia_smi(tmp_path / "nvidia-smi")),
         "gpu_preflight_driver_version_file": str(H200 / "proc-driver-nvidia-version.txt"),
         "gpu_preflight_nvidia_modprobe": str(nvidia_modprobe),
-        "gpu_preflight_expected_gpu_count": 1, "gpu_preflight_expected_compute_capability": "9.0",
+        "fleet_gpus_per_host": 1, "gpu_preflight_expected_compute_capability": "9.0",
         "gpu_preflight_supported_os": [], "gpu_preflight_min_free_disk_gb": 0, "gpu_preflight_local_facts": False})
     assert run.rc == 0, run.failure_summary
     host = run.hosts["h200"]

@@ -53,7 +53,7 @@ def test_the_refused_node_was_not_touched(host):
 
 
 @pytest.mark.parametrize("extravars,expected", [
-    ({"gpu_preflight_expected_gpu_count": "eight"}, "gpu_preflight_expected_gpu_count"),
+    ({"fleet_gpus_per_host": "eight"}, "fleet_gpus_per_host"),
     ({"gpu_preflight_require_open_kernel_module": "perhaps"}, "gpu_preflight_require_open_kernel_module"),
 ])
 def test_a_wrong_variable_fails_before_any_change(extravars, expected):
