@@ -31,7 +31,17 @@ def test_the_unit_s_name_comes_from_the_fleet_layer_and_the_bench_reads_the_key_
     assert "Before=kimi.service" in gpu_init.splitlines()
     paths = json.loads((tmp_path / "gpu-node-01.paths.json").read_text())
     assert paths == {"unit": "/etc/systemd/system/kimi.service", "env_file": "/etc/sglang/kimi.env",
-                     "config_file": "/etc/sglang/kimi.yaml", "bench_secrets_file": "/etc/sglang/kimi.env"}
+                     "config_file": "/etc/sglang/kimi.yaml", "bench_secrets_file": "/etc/sglang/kimi.env",
+                     "bench_python": "/opt/sglang/current/bin/python"}
+
+
+def test_the_server_and_the_bench_run_the_install_in_service_under_the_fleet_s_install_root(tmp_path, monkeypatch):
+    """fleet_install_root moves <root>/current for every reader: the unit's python and the bench's."""
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], fleet_install_root="/srv/sglang",
+                  sglang_install_id="0.5.9-abc")["gpu-node-01"]
+    assert exec_start(unit)[0] == "/srv/sglang/current/bin/python"
+    paths = json.loads((tmp_path / "gpu-node-01.paths.json").read_text())
+    assert paths["bench_python"] == "/srv/sglang/current/bin/python"
 
 
 def device_allow(unit):
