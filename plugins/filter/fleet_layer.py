@@ -179,12 +179,50 @@ def _bool(value):
 PORTS = ("fleet_server_port", "fleet_server_dist_init_port", "fleet_router_port", "fleet_router_prometheus_port")
 
 
+# Settings that one role had and the fleet layer now holds for every role, each with its new name. An
+# inventory that still sets an old name would be silently ignored (the roles read only the new one):
+# the fleet checks refuse it instead, naming the setting to rename.
+MOVED = {
+    "sglang_server_host": "fleet_server_host", "sglang_server_port": "fleet_server_port",
+    "sglang_server_advertise_host": "fleet_server_advertise_host",
+    "sglang_server_dist_init_port": "fleet_server_dist_init_port", "sglang_server_service": "fleet_server_service",
+    "sglang_router_host": "fleet_router_host", "sglang_router_port": "fleet_router_port",
+    "sglang_router_prometheus_host": "fleet_router_prometheus_host",
+    "sglang_router_prometheus_port": "fleet_router_prometheus_port",
+    "sglang_server_model_path": "fleet_model_dir", "sglang_server_draft_model_path": "fleet_draft_model_dir",
+    "sglang_server_served_model_name": "fleet_served_model_name",
+    "sglang_install_root": "fleet_install_root", "sglang_server_install_root": "fleet_install_root",
+    "sglang_pip_index_url": "fleet_pip_index_url", "flash_attn_pip_index_url": "fleet_pip_index_url",
+    "sglang_router_pip_index_url": "fleet_pip_index_url",
+    "sglang_pip_extra_index_urls": "fleet_pip_extra_index_urls",
+    "flash_attn_pip_extra_index_urls": "fleet_pip_extra_index_urls",
+    "sglang_router_pip_extra_index_urls": "fleet_pip_extra_index_urls",
+    "sglang_pip_find_links": "fleet_pip_find_links", "flash_attn_pip_find_links": "fleet_pip_find_links",
+    "sglang_router_pip_find_links": "fleet_pip_find_links",
+    "sglang_pip_no_index": "fleet_pip_no_index", "flash_attn_pip_no_index": "fleet_pip_no_index",
+    "sglang_router_pip_no_index": "fleet_pip_no_index",
+    "sglang_pip_env": "fleet_pip_env", "flash_attn_pip_env": "fleet_pip_env",
+    "sglang_proxy_env": "fleet_proxy_env", "cuda_toolkit_proxy_env": "fleet_proxy_env",
+    "sglang_model_proxy_env": "fleet_proxy_env", "sglang_router_proxy_env": "fleet_proxy_env",
+    "fleet_monitoring_proxy_env": "fleet_proxy_env",
+    "gpu_preflight_nvidia_smi": "fleet_nvidia_smi", "cuda_toolkit_nvidia_smi": "fleet_nvidia_smi",
+    "sglang_server_nvidia_smi": "fleet_nvidia_smi", "fleet_monitoring_nvidia_smi": "fleet_nvidia_smi",
+    "cuda_toolkit_release": "fleet_cuda_release",
+    "gpu_preflight_expected_gpu_count": "fleet_gpus_per_host",
+    "fleet_monitoring_gpu_expected_count": "fleet_gpus_per_host",
+}
+
+
 def fleet_problems(host, hostvars):
-    """What cannot work on `host`: a port out of range, two of the fleet's listeners on one port (a GPU
-    host may run a router too), or an nvidia-smi that is not an absolute path (the gpu-init unit and the
-    GPU collector's unit run it outside any PATH the preflight saw)."""
+    """What cannot work on `host`: a setting the fleet layer holds now still set under its old name, a
+    port out of range, two of the fleet's listeners on one port (a GPU host may run a router too), or an
+    nvidia-smi that is not an absolute path (the gpu-init unit and the GPU collector's unit run it
+    outside any PATH the preflight saw)."""
     settings = fleet_settings(host, hostvars)
-    problems, owner = [], {}
+    found = _vars(hostvars, host)
+    problems = ["%s is set, but the setting is the fleet layer's now: rename it %s" % (old, new)
+                for old, new in MOVED.items() if old in found]
+    owner = {}
     if not str(settings["fleet_nvidia_smi"]).startswith("/"):
         problems.append("fleet_nvidia_smi is %r, not an absolute path (say /usr/bin/nvidia-smi)"
                         % settings["fleet_nvidia_smi"])

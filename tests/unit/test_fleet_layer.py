@@ -206,3 +206,22 @@ def test_a_stage_that_needs_every_gpu_host_is_refused_in_a_slice_naming_those_it
     many = {"g%02d" % i: "" for i in range(20)}
     (problem,) = fleet_whole_problems("r", {"r": {"fleet_gpu_nodes": many}}, {"gpu_nodes": ["g00"]}, "x")
     assert "without g01, g02, g03, g04, g05, g06, g07, g08 and 11 more," in problem
+
+
+def test_a_setting_set_under_the_name_it_had_before_the_fleet_layer_is_refused_naming_the_new_one():
+    """An inventory written for an earlier release would otherwise be silently ignored."""
+    assert fleet_problems("box", {"box": {"cuda_toolkit_release": "13.1", "sglang_server_port": 31000}}) == [
+        "sglang_server_port is set, but the setting is the fleet layer's now: rename it fleet_server_port",
+        "cuda_toolkit_release is set, but the setting is the fleet layer's now: rename it fleet_cuda_release"]
+
+
+def test_no_moved_name_is_a_setting_any_role_still_has():
+    """A name in the table that a role (re)defines would be refused although it works."""
+    defined = set()
+    for spec in (ROOT / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            defined |= set(entry.get("options") or {})
+    for defaults in (ROOT / "roles").glob("*/defaults/main.yml"):
+        defined |= set(yaml.safe_load(defaults.read_text()) or {})
+    assert not defined & set(fleet_layer.MOVED), defined & set(fleet_layer.MOVED)
+    assert set(fleet_layer.MOVED.values()) <= set(fleet_defaults())
