@@ -98,10 +98,7 @@ def test_every_pip_run_gets_the_fleet_s_index_wheelhouse_and_proxy():
 def test_no_role_keeps_a_copy_of_another_role_s_setting():
     """What two roles read has one home: no role reads a fleet setting under an older name, or falls
     back to a copy of another role's default through hostvars."""
-    old = re.compile(r"\b(sglang_server_(host|port|advertise_host|dist_init_port|install_root)|"
-                     r"sglang_router_(host|port|prometheus_host|prometheus_port|pip_\w+|proxy_env)|"
-                     r"sglang_install_root|sglang_pip_\w+|sglang_proxy_env|flash_attn_pip_\w+|"
-                     r"cuda_toolkit_proxy_env|fleet_monitoring_proxy_env|sglang_model_proxy_env)\b")
+    old = re.compile(r"\b(%s)\b" % "|".join(fleet_layer.MOVED))  # the names the fleet checks refuse
     # Another host's role setting read through hostvars with a fallback: a copy of that role's default.
     # The API keys are the one exception: secrets each server and router holds in the (vaulted)
     # inventory, never a default, and the router refuses servers whose keys differ.
