@@ -25,15 +25,12 @@ import zipfile
 
 import pytest
 
-# Settings a role had when a real host was captured, and where they live now: a capture's settings are
-# replayed under today's names (the values are the host's, unchanged).
-MOVED_SETTINGS = {"sglang_server_nvidia_smi": "fleet_nvidia_smi", "fleet_monitoring_nvidia_smi": "fleet_nvidia_smi",
-                  "fleet_monitoring_gpu_expected_count": "fleet_gpus_per_host"}
-
-
 def settings_today(captured: dict) -> dict:
-    """A capture's extra vars under today's names."""
-    return {MOVED_SETTINGS.get(name, name): value for name, value in captured.items()}
+    """A capture's extra vars under today's names: a setting a role had when a real host was captured and
+    the fleet layer holds now is replayed under its new name (the fleet checks' own table of moves, which
+    refuses the old one), its value the host's, unchanged."""
+    from fleet_layer import MOVED
+    return {MOVED.get(name, name): value for name, value in captured.items()}
 
 
 UPSTREAM = ROOT / ".cache/upstream"
