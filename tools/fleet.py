@@ -55,6 +55,7 @@ class PlaybookRun:
     status: str
     rc: int
     hosts: dict
+    events: list = field(default_factory=list, repr=False)  # ansible-runner's events, as AWX would store them
 
     @property
     def changed(self) -> int:
@@ -139,7 +140,7 @@ def run_playbook(playbook: str | os.PathLike, inventory: str | os.PathLike | lis
                 if hasattr(result, attr):
                     setattr(result, attr, count)
         return PlaybookRun(playbook=str(playbook), inventory=inventories, status=runner.status,
-                           rc=runner.rc, hosts=dict(sorted(hosts.items())))
+                           rc=runner.rc, hosts=dict(sorted(hosts.items())), events=list(runner.events))
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
@@ -232,13 +233,19 @@ def run_awx_workflow(workflow: str | os.PathLike, inventory: str | os.PathLike, 
 
     hosts = sorted(set(_inventory_hosts(yaml.safe_load(Path(inventory).read_text()) or {})))
     ran = []
+    # AWX's job ids, as it passes them: each job its own awx_job_id, every job of the workflow (the slices
+    # of a sliced job are one) the workflow's awx_workflow_job_id, which the fleet run lock is shared by.
+    workflow_id, job_ids = os.getpid(), iter(range(1, 1000))
     for job in load_awx_workflow(workflow):
         count = max(1, min(job["job_slice_count"], len(hosts)))
         slices = awx_sliced_inventories(inventory, hosts, count, Path(directory) / (prefix + job["name"]),
                                         inventory_vars)
+        awx = [{"awx_workflow_job_id": workflow_id, "awx_job_id": "%d-%d" % (workflow_id, next(job_ids))}
+               for _ in slices]
         with ThreadPoolExecutor(len(slices)) as pool:
-            runs = list(pool.map(lambda part: run_playbook(ROOT / job["playbook"], part, tags=job["job_tags"]),
-                                 slices))
+            runs = list(pool.map(lambda part, ids: run_playbook(ROOT / job["playbook"], part, tags=job["job_tags"],
+                                                                extravars=ids),
+                                 slices, awx))
         ran.append((job["name"], runs))
         if any(run.rc != 0 for run in runs):
             break
