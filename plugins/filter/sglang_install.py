@@ -74,7 +74,8 @@ def sglang_install_mismatches(report, expected):
 
 def _canonical(node):
     """An AST as plain data: node type and fields, no line numbers. A field that is None or [] is left
-    out, so the fields newer Pythons add with empty values (type_params in 3.12, ...) leave it as it was."""
+    out, so the fields newer Pythons add with empty values (type_params in 3.12, ...) leave it as it was:
+    the repository's patch code gives one digest under every controller Python from 3.9 to 3.13."""
     if isinstance(node, ast.AST):
         fields = {}
         for name in node._fields:
