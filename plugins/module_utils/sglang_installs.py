@@ -4,6 +4,7 @@
 the current and previous links name. sglang_venvs changes them; sglang_server_probe reads them."""
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -20,6 +21,18 @@ def link_target(path: str) -> str:
     return name if os.path.basename(parent) == "venvs" else ""
 
 
+def recorded_id(marker: str) -> str:
+    """The id a complete install's marker records ("" when it records none): its directory's name, or,
+    for an install built under an earlier representation of the same inputs, today's id for them."""
+    try:
+        with open(marker) as handle:
+            found = json.load(handle)
+    except (OSError, ValueError):
+        return ""
+    value = found.get("id") if isinstance(found, dict) else None
+    return value if isinstance(value, str) and ID.match(value) else ""
+
+
 def installs(root: str) -> list[dict]:
     """Every install under root/venvs, newest built first (a marker's mtime is its build time)."""
     base = os.path.join(root, "venvs")
@@ -30,7 +43,8 @@ def installs(root: str) -> list[dict]:
             continue
         marker = os.path.join(path, MARKER)
         complete = os.path.isfile(marker)
-        found.append({"id": name, "complete": complete, "built": os.stat(marker if complete else path).st_mtime})
+        found.append({"id": name, "complete": complete, "built": os.stat(marker if complete else path).st_mtime,
+                      "recorded": recorded_id(marker) if complete else ""})
     return sorted(found, key=lambda i: (i["built"], i["id"]), reverse=True)
 
 

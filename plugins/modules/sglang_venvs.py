@@ -111,11 +111,14 @@ previous:
   type: str
   sample: 0.5.9-81d0c2b7aa41
 installs:
-  description: Every install under venvs/, newest built first.
+  description:
+    - Every install under venvs/, newest built first. C(recorded) is the id a complete install's marker
+      records (its own name, or the id its inputs have today when an earlier release built it under
+      another), "" for an install that is not complete.
   returned: always
   type: list
   elements: dict
-  sample: [{id: 0.5.9-3f2a9c1d0b7e, complete: true, built: 1764540000.0}]
+  sample: [{id: 0.5.9-3f2a9c1d0b7e, complete: true, built: 1764540000.0, recorded: 0.5.9-3f2a9c1d0b7e}]
 legacy:
   description: I(legacy) when it is a real directory still to adopt, else "".
   returned: always

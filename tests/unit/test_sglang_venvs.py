@@ -116,7 +116,8 @@ def test_adopt_moves_the_old_venv_in_and_leaves_a_link_for_what_still_runs_from_
     assert os.readlink(legacy) == "venvs/0.5.9-aaaa"
     assert tree(tmp_path / "venvs/0.5.9-aaaa") == before
     # Not complete until the sglang role has checked it and written its marker.
-    assert result["installs"] == [{"id": "0.5.9-aaaa", "complete": False, "built": result["installs"][0]["built"]}]
+    assert result["installs"] == [{"id": "0.5.9-aaaa", "complete": False, "built": result["installs"][0]["built"],
+                                   "recorded": ""}]
     again = run_module(capsys, {"root": str(tmp_path), "state": "adopt", "id": "0.5.9-aaaa", "legacy": str(legacy)})
     assert again["changed"] is False
 
@@ -194,3 +195,18 @@ def test_an_interpreter_that_does_not_run_fails_before_anything_changes(tmp_path
 def test_a_report_without_the_probe_is_refused(tmp_path, capsys):
     result = run_module(capsys, {"root": str(tmp_path), "report": "a"})
     assert result["failed"] and "probe" in result["msg"]
+
+
+def test_each_complete_install_says_the_id_its_marker_records(tmp_path, capsys):
+    """An install an earlier release built under another id for the same inputs records today's id
+    (the sglang role's sglang_install_pick finds it by that); an unreadable marker records none."""
+    build(tmp_path, "0.5.9-0ld0ld0ld0ld", age=30)
+    (tmp_path / "venvs/0.5.9-0ld0ld0ld0ld" / mod.MARKER).write_text(json.dumps(
+        {"id": "0.5.9-new000000000", "inputs": {}, "built_as": "0.5.9-0ld0ld0ld0ld"}))
+    build(tmp_path, "0.5.9-aaaa", age=20)
+    build(tmp_path, "0.5.9-bbbb", age=10)
+    (tmp_path / "venvs/0.5.9-bbbb" / mod.MARKER).write_text("{half a marker")
+    build(tmp_path, "0.5.9-cccc", complete=False)
+    found = run_module(capsys, {"root": str(tmp_path)})
+    assert {i["id"]: i["recorded"] for i in found["installs"]} == {
+        "0.5.9-cccc": "", "0.5.9-bbbb": "", "0.5.9-aaaa": "0.5.9-aaaa", "0.5.9-0ld0ld0ld0ld": "0.5.9-new000000000"}
