@@ -222,7 +222,7 @@ MOVED = {
 # Facts the roles and playbooks set at run time (set_fact, register) under a name like a setting's. The
 # fleet checks run in the first stage of a run, but another host's play, or a tasks_from entry point run
 # before them, may have set one already: it is no inventory setting, and not refused as one.
-# tests/unit/test_fleet_layer.py reads every set_fact and register of the roles and playbooks to keep
+# tests/unit/test_unknown_settings.py reads every set_fact and register of the roles and playbooks to keep
 # this list whole.
 SET_AT_RUN_TIME = frozenset({
     "cuda_toolkit_driver_version", "cuda_toolkit_home", "cuda_toolkit_installed", "cuda_toolkit_version",
@@ -289,7 +289,7 @@ def _nearest(name, known):
     """The setting `name` is a typo of: the nearest by difflib, if at most two letters are wrong (a wrong,
     missing, extra or transposed letter each counts one or two). Settings share long prefixes, so any
     sglang_server_* name is "close" by ratio alone to some setting it was never meant to be."""
-    for candidate in difflib.get_close_matches(name, known, n=1, cutoff=0.6):
+    for candidate in difflib.get_close_matches(name, known, n=3, cutoff=0.6):
         same = sum(block.size for block in difflib.SequenceMatcher(None, name, candidate).get_matching_blocks())
         if len(name) + len(candidate) - 2 * same <= 4:
             return candidate
@@ -298,9 +298,9 @@ def _nearest(name, known):
 
 def fleet_problems(host, hostvars):
     """What cannot work on `host`: a setting the fleet layer holds now still set under its old name, a
-    setting no role takes (a misspelt one), a port out of range, two of the fleet's listeners on one port (a GPU host may run a router too), or an
-    nvidia-smi that is not an absolute path (the gpu-init unit and the GPU collector's unit run it
-    outside any PATH the preflight saw)."""
+    setting no role takes (a misspelt one), a port out of range, two of the fleet's listeners on one port
+    (a GPU host may run a router too), or an nvidia-smi that is not an absolute path (the gpu-init unit
+    and the GPU collector's unit run it outside any PATH the preflight saw)."""
     settings = fleet_settings(host, hostvars)
     found = _vars(hostvars, host)
     problems = ["%s is set, but the setting is the fleet layer's now: rename it %s" % (old, new)
