@@ -53,6 +53,8 @@ _value:
   type: dict
 """
 
+import difflib
+import glob
 import importlib.util
 import os
 
@@ -62,7 +64,11 @@ from ansible.errors import AnsibleFilterError
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The fleet role's defaults: the one definition of every fleet setting (roles/ sits beside plugins/
 # in the repository and in the collection alike).
-DEFAULTS_FILE = os.path.join(HERE, os.pardir, os.pardir, "roles", "fleet", "defaults", "main.yml")
+ROLES_DIR = os.path.join(HERE, os.pardir, os.pardir, "roles")
+DEFAULTS_FILE = os.path.join(ROLES_DIR, "fleet", "defaults", "main.yml")
+# libyaml's loader where it is built (it is with the controller's PyYAML): the roles' argument specs are
+# read once in every process that runs the fleet checks, and the pure-Python loader takes ten times as long.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _sibling(name, attribute):
@@ -213,15 +219,93 @@ MOVED = {
 }
 
 
+# Facts the roles and playbooks set at run time (set_fact, register) under a name like a setting's. The
+# fleet checks run in the first stage of a run, but another host's play, or a tasks_from entry point run
+# before them, may have set one already: it is no inventory setting, and not refused as one.
+# tests/unit/test_unknown_settings.py reads every set_fact and register of the roles and playbooks to keep
+# this list whole.
+SET_AT_RUN_TIME = frozenset({
+    "cuda_toolkit_driver_version", "cuda_toolkit_home", "cuda_toolkit_installed", "cuda_toolkit_version",
+    "flash_attn_action", "flash_attn_build_key", "flash_attn_version_installed",
+    "fleet_monitoring_status", "fleet_run_started",
+    "gpu_preflight_cuda_archs", "gpu_preflight_cuda_driver_version", "gpu_preflight_driver_version",
+    "gpu_preflight_gpu_count", "gpu_preflight_gpus", "gpu_preflight_kernel_module",
+    "gpu_preflight_nvidia_modprobe_path", "gpu_preflight_p2p",
+    "sglang_bench_fusion_flags", "sglang_bench_results", "sglang_bench_settings", "sglang_bench_simulated_numbers",
+    "sglang_changed", "sglang_install_id", "sglang_python", "sglang_site_packages", "sglang_venv_dir",
+    "sglang_model_report", "sglang_patches_changed", "sglang_patches_report",
+    "sglang_router_leases", "sglang_router_state", "sglang_router_workers",
+    "sglang_server_fusion", "sglang_server_group", "sglang_server_intent", "sglang_server_leases",
+    "sglang_server_rollout_batches", "sglang_server_rollout_units", "sglang_server_router_state",
+    "sglang_server_run_id", "sglang_server_state",
+    "sglang_verify_accept_length", "sglang_verify_status",
+})
+
+_role_settings = None
+
+
+def role_settings(roles_dir=None):
+    """Every role's settings, by role: the options of each entry point of its argument spec
+    (roles/<role>/meta/argument_specs.yml), the one list of what a role takes."""
+    global _role_settings
+    if _role_settings is not None and roles_dir is None:
+        return _role_settings
+    found = {}
+    for path in sorted(glob.glob(os.path.join(roles_dir or ROLES_DIR, "*", "meta", "argument_specs.yml"))):
+        try:
+            with open(path) as handle:
+                specs = (yaml.load(handle, Loader=_LOADER) or {}).get("argument_specs") or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise AnsibleFilterError("the argument spec %s cannot be read: %s" % (path, error))
+        role = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        found[role] = {name for entry in specs.values() for name in (entry.get("options") or {})}
+    if not found:
+        raise AnsibleFilterError("no role's argument spec found under %s" % (roles_dir or ROLES_DIR))
+    if roles_dir is None:
+        _role_settings = found
+    return found
+
+
+def unknown_settings(names, roles_dir=None):
+    """What is wrong with a host's variables `names`: each one named as a role's setting would be (the
+    role's name and _, the project's rule for public names) that no role takes, so that a misspelt setting
+    fails before any change, naming the setting meant, instead of being silently ignored. Other names
+    (ansible_*, a site's own, a role's internal __*) are the inventory's business; names in MOVED have
+    their own message, facts the roles set their own meaning."""
+    settings = role_settings(roles_dir)
+    prefixes = tuple(role + "_" for role in settings)
+    known = set().union(*settings.values())
+    problems = []
+    for name in sorted(str(name) for name in names):
+        if not name.startswith(prefixes) or name in known or name in MOVED or name in SET_AT_RUN_TIME:
+            continue
+        near = _nearest(name, known)
+        problems.append("%s is not a setting of any role: %s" % (
+            name, "did you mean %s?" % near if near else "no role's meta/argument_specs.yml names it"))
+    return problems
+
+
+def _nearest(name, known):
+    """The setting `name` is a typo of: the nearest by difflib, if at most two letters are wrong (a wrong,
+    missing, extra or transposed letter each counts one or two). Settings share long prefixes, so any
+    sglang_server_* name is "close" by ratio alone to some setting it was never meant to be."""
+    for candidate in difflib.get_close_matches(name, known, n=3, cutoff=0.6):
+        same = sum(block.size for block in difflib.SequenceMatcher(None, name, candidate).get_matching_blocks())
+        if len(name) + len(candidate) - 2 * same <= 4:
+            return candidate
+    return None
+
+
 def fleet_problems(host, hostvars):
     """What cannot work on `host`: a setting the fleet layer holds now still set under its old name, a
-    port out of range, two of the fleet's listeners on one port (a GPU host may run a router too), or an
-    nvidia-smi that is not an absolute path (the gpu-init unit and the GPU collector's unit run it
-    outside any PATH the preflight saw)."""
+    setting no role takes (a misspelt one), a port out of range, two of the fleet's listeners on one port
+    (a GPU host may run a router too), or an nvidia-smi that is not an absolute path (the gpu-init unit
+    and the GPU collector's unit run it outside any PATH the preflight saw)."""
     settings = fleet_settings(host, hostvars)
     found = _vars(hostvars, host)
     problems = ["%s is set, but the setting is the fleet layer's now: rename it %s" % (old, new)
                 for old, new in MOVED.items() if old in found]
+    problems += unknown_settings(found)
     owner = {}
     if not str(settings["fleet_nvidia_smi"]).startswith("/"):
         problems.append("fleet_nvidia_smi is %r, not an absolute path (say /usr/bin/nvidia-smi)"
