@@ -108,3 +108,16 @@ def test_the_comm_flags_are_read_and_other_flags_are_left_alone():
 def test_speculation_left_to_sglang_is_refused_with_what_to_give():
     with pytest.raises(ValueError, match="--speculative-num-steps"):
         server_sizes(["--tp", "8", "--speculative-algorithm", "EAGLE3"], RTX_PRO_6000_MIB)
+
+
+def test_the_h200_graph_timing_was_taken_at_the_sizes_server_sizes_gives_and_graphs_beat_eager():
+    """tests/fixtures/hosts/h200-driver580/fusion/: the self-test's timing code on the real H200 (world size 1)."""
+    import json
+    from conftest import FIXTURES
+    real = json.loads((FIXTURES / "hosts/h200-driver580/fusion/fusion-graph-timing.json").read_text())
+    sizes = server_sizes(real["server_args"], H200_MIB, 2048, [1, 8, 32, 48])
+    assert real["sizes"] == sizes
+    assert [s["tokens"] for s in real["shapes"]] == sizes["decode_tokens"] + [2048]
+    decode = [s for s in real["shapes"] if s["decode"]]
+    assert all(s["unfused_us"] * 3 < s["unfused_eager_us"] for s in decode)  # launch gaps, not work
+    assert [s["tokens"] for s in decode if s["weighs"]] == [4, 32, 128, 192]

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-SCHEMA = 3  # 3: the server's own sizes and comm flags (--server-args); 2: unfused_us is sglang's unfused path
+SCHEMA = 4  # 4: fused_us/unfused_us are CUDA-graph replays, eager kept as *_eager_us; 3: the server's own sizes and comm flags (--server-args); 2: unfused_us is sglang's unfused path
 
 
 def nvidia_smi(*args):
@@ -208,6 +208,65 @@ def rms_norm_reference(x, weight, eps):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
+def graph_timed(fns, reps, replays, capture=None):
+    """Per-call microseconds of each of `fns` as sglang decodes: each captured once in its own CUDA graph,
+    `reps` calls in a row (so no Python and no launch gap between two calls counts), the graph replayed
+    `replays` times, each replay timed by one event pair; the median replay over `reps`.
+
+    capture: a context manager whose value has `.stream` (sglang's graph_capture() for the TP group: it
+    enables pynccl and the custom all-reduce's graph mode inside, and registers the graph's buffers on
+    leaving). Every graph is captured inside one such block, as sglang's CudaGraphRunner does, and
+    replayed only after it."""
+    import contextlib
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside any graph: lazy initialisation, JIT, workspaces
+        for fn in fns:
+            for _ in range(3):
+                fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graphs = [torch.cuda.CUDAGraph() for _ in fns]
+    with (capture() if capture else contextlib.nullcontext()) as context:
+        stream = getattr(context, "stream", None)
+        for graph, fn in zip(graphs, fns):
+            with torch.cuda.graph(graph, stream=stream):
+                for _ in range(reps):
+                    fn()
+    torch.cuda.synchronize()
+    results = []
+    for graph in graphs:
+        graph.replay()  # the first replay uploads the graph
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(replays):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000.0 / reps)
+        results.append(sorted(times)[len(times) // 2])
+    del graphs
+    return results
+
+
+def graph_baseline(group, x):
+    """The all-reduce sglang's GroupCoordinator.all_reduce (srt/distributed/parallel_state.py) takes for `x`
+    inside a CUDA graph: the first out-of-place method that will take it, else pynccl in place (enabled
+    under graph_capture(); outside a graph it is torch.distributed's)."""
+    if group.world_size == 1:
+        return "none (one rank)"
+    for name, comm, will in (("custom all-reduce", group.ca_comm, "should_custom_ar"),
+                             ("quick all-reduce", getattr(group, "qr_comm", None), "should_quick_allreduce"),
+                             ("mscclpp", group.pymscclpp_comm, "should_mscclpp_allreduce"),
+                             ("torch symmetric memory", group.torch_symm_mem_comm, "should_torch_symm_mem_allreduce")):
+        if comm is not None and not comm.disabled and getattr(comm, will)(x):
+            return name
+    return "pynccl" if group.pynccl_comm is not None else "torch.distributed"
+
+
 def timed(fn, iters, warmup=3):
     import torch
     for _ in range(warmup):
@@ -265,6 +324,7 @@ def run(rank, world_size, settings):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=torch.device("cuda", rank))
     tp_group, baseline = sglang_tp_group(rank, world_size, settings)
+    from sglang.srt.distributed import parallel_state as ps
     hidden, max_tokens, eps = settings["hidden"], settings["max_tokens"], settings["eps"]
     jit_start = time.monotonic()
     ipc_handles, workspace = comm.trtllm_create_ipc_workspace_for_all_reduce_fusion(
@@ -306,14 +366,22 @@ def run(rank, world_size, settings):
             torch.cuda.synchronize()
             if not shapes:
                 jit_seconds = time.monotonic() - jit_start
+            baseline_path = graph_baseline(tp_group, work)
             ref_norm, ref_residual = reference()
             err_norm = (norm_out.float() - ref_norm.float()).abs().max().item()
             err_res = (residual_out.float() - ref_residual.float()).abs().max().item()
             scale = ref_norm.float().abs().max().item()
             shapes.append({"tokens": tokens, "max_abs_err": max(err_norm, err_res), "norm_err": err_norm,
                            "residual_err": err_res, "ref_max_abs": scale,
-                           "fused_us": round(timed(fused, settings["iters"]), 1),
-                           "unfused_us": round(timed(unfused, settings["iters"]), 1)})
+                           "baseline": baseline_path,
+                           # eager, one event pair per call: a diagnostic (sglang decodes in graphs)
+                           "fused_eager_us": round(timed(fused, settings["iters"]), 1),
+                           "unfused_eager_us": round(timed(unfused, settings["iters"]), 1)})
+            dist.barrier()
+            # sglang decodes in CUDA graphs: the decision's timings are graph replays
+            fused_us, unfused_us = graph_timed([fused, unfused], settings["graph_reps"], settings["iters"],
+                                               capture=ps.graph_capture)
+            shapes[-1].update(fused_us=round(fused_us, 2), unfused_us=round(unfused_us, 2))
             dist.barrier()
     finally:
         dist.barrier()
@@ -471,7 +539,8 @@ def main(argv=None):
     parser.add_argument("--eps", type=float, default=1e-6)
     parser.add_argument("--atol", type=float, default=0.0625, help="absolute tolerance (bf16)")
     parser.add_argument("--rtol", type=float, default=0.0078125, help="relative to the reference's largest value")
-    parser.add_argument("--iters", type=int, default=20, help="timed iterations per shape")
+    parser.add_argument("--iters", type=int, default=20, help="timed iterations (eager) and graph replays per shape")
+    parser.add_argument("--graph-reps", type=int, default=50, help="calls captured in a row in each CUDA graph")
     parser.add_argument("--sandbox", action="append", default=[], metavar="PROPERTY",
                         help="a property of the transient unit it runs in (recorded, and part of the key)")
     parser.add_argument("--worker", default="", help="module that replaces the GPU part (the lab)")
@@ -493,7 +562,7 @@ def main(argv=None):
     except (ValueError, AssertionError):
         parser.error("--server-args takes a JSON list of the server's arguments")
     settings = {"tokens": tokens, "hidden": args.hidden, "max_tokens": args.max_tokens, "eps": args.eps,
-                "iters": args.iters, "worker": args.worker, "sandbox": args.sandbox}
+                "iters": args.iters, "graph_reps": args.graph_reps, "worker": args.worker, "sandbox": args.sandbox}
     tolerance = {"atol": args.atol, "rtol": args.rtol}
     started = time.monotonic()
     result = {"status": "error", "reason": "", "cached": False, "tolerance": tolerance, "settings": settings,
