@@ -10,21 +10,24 @@ CAPTURE_OK = ("applied", "upstream")
 CAPTURE_PATCH = "eagle3_fused_allreduce_capture"
 
 
-def _speedup(selftest, decode_tokens):
-    """The smallest unfused/fused time ratio over the decode token counts the self-test timed, or None."""
+def _speedup(selftest):
+    """(the smallest unfused/fused time ratio over the sizes the self-test marks as weighing, their token
+    counts), or (None, [])."""
     shapes = [s for s in (selftest or {}).get("shapes") or []
-              if int(s.get("tokens", -1)) in decode_tokens and s.get("fused_us") and s.get("unfused_us")]
+              if s.get("weighs") and s.get("fused_us") and s.get("unfused_us")]
     if not shapes:
-        return None
-    return round(min(float(s["unfused_us"]) / float(s["fused_us"]) for s in shapes), 2)
+        return None, []
+    return (round(min(float(s["unfused_us"]) / float(s["fused_us"]) for s in shapes), 2),
+            [int(s["tokens"]) for s in shapes])
 
 
-def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8, 64), speculative=False, tp=1,
-                    capture=None, capture_guard=True):
+def fusion_decision(switch, selftest=None, min_speedup=1.05, speculative=False, tp=1, capture=None, capture_guard=True):
     """{enabled, switch, selftest, speedup, min_speedup, cause, reason, refusal}.
 
     switch: on / off / auto (sglang_server_allreduce_fusion).
     selftest: the fusion self-test's JSON, or None where it did not run (check mode before the user exists).
+      The speed is its shapes marked `weighs`: the decode sizes the server runs that the role weighs
+      (sglang_server_fusion_decode_batches); the slowest of them decides.
     capture: the probe's status of the EAGLE-3 capture patch on the install to serve (None: not probed).
     capture_guard: false serves fusion whatever the capture (the bench's fusion A/B measures the defect so).
     refusal: non-empty when `on` cannot be honoured; the role fails the host with it before the unit changes.
@@ -33,9 +36,8 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8
         raise AnsibleFilterError("fusion_decision: switch must be on, off or auto, not %r" % (switch,))
     if not isinstance(min_speedup, (int, float)) or min_speedup <= 0:
         raise AnsibleFilterError("fusion_decision: min_speedup must be a positive number, not %r" % (min_speedup,))
-    decode_tokens = [int(t) for t in decode_tokens]
     status = (selftest or {}).get("status", "not run")
-    speedup = _speedup(selftest, decode_tokens)
+    speedup, decode_tokens = _speedup(selftest)
     # cause: what decided it, for the fleet report to word (tools/fleet.py); reason: the run output's sentence.
     decision = {"switch": switch, "selftest": status, "speedup": speedup, "min_speedup": float(min_speedup),
                 "enabled": False, "cause": "", "reason": "", "refusal": ""}
@@ -65,7 +67,7 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, decode_tokens=(1, 8
     if status != "pass":
         return off("selftest", "self-test %s: %s" % (status, selftest.get("reason", "")))
     if speedup is None:
-        return off("no-timings", "self-test pass, but it timed none of the decode token counts %s" % decode_tokens)
+        return off("no-timings", "self-test pass, but it timed none of the decode sizes that weigh")
     if speedup < min_speedup:
         return off("slower", "self-test pass, not faster: %.2fx at decode (%s tokens), %.2fx needed "
                    "(sglang_server_fusion_min_speedup)" % (speedup, ", ".join(map(str, decode_tokens)), min_speedup))

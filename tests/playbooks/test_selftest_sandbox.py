@@ -2,14 +2,20 @@
 user, home, environment and sandbox, line for line, from one list."""
 import json
 import shlex
+import sys
 
-from test_server_unit import render
+from conftest import ROOT
+from test_server_unit import exec_start, render
+
+sys.path.insert(0, str(ROOT / "roles/sglang_server/files"))
+from fusion_selftest import server_sizes  # noqa: E402
 
 # The [Service] lines that are not the process's sandbox: how it starts, what it runs, who it runs as
 # (the self-test's --uid, --gid, --working-directory and --setenv carry those), how it restarts.
 NOT_SANDBOX = {"Type", "User", "Group", "WorkingDirectory", "Environment", "ExecStart", "Restart", "RestartSec",
                "TimeoutStartSec", "TimeoutStopSec", "KillMode"}
 CACHE = "/var/lib/sglang-fleet/fusion-selftest"
+RTX_PRO_6000_MIB = 97887  # the fleet's 96 GB GPUs: sglang's default --cuda-graph-max-bs is 512 at tp >= 4
 
 
 def service_lines(unit):
@@ -84,3 +90,37 @@ def test_an_extra_hardening_line_lands_in_the_unit_and_in_the_self_test(tmp_path
                          "[Install]\nWantedBy=multi-user.target\n")
     assert options(argv, "--property")[-3:] == ["SystemCallFilter=~@resources", "InaccessiblePaths=/srv",
                                                 "ReadWritePaths=" + CACHE]
+
+
+def selftest_server_args(argv):
+    """What the self-test is told of the server: its --server-args and --weigh-batches."""
+    command = argv[argv.index("--") + 1:]
+    return json.loads(command[command.index("--server-args") + 1]), \
+        [int(b) for b in command[command.index("--weigh-batches") + 1].split(",")]
+
+
+def test_the_self_test_times_the_decode_sizes_the_rendered_server_captures(tmp_path, monkeypatch):
+    """EAGLE-3 at tp 8 on 96 GB GPUs, from the role's defaults: sglang's ladder kept to EAGLE's 48 requests,
+    each verifying 4 tokens; the decision weighs 1, 8, 32 and 48 requests."""
+    unit, argv = rendered(tmp_path, monkeypatch, sglang_server_tp=8)
+    server_args, weigh = selftest_server_args(argv)
+    assert exec_start(unit)[3:3 + len(server_args)] == server_args  # the unit's own command line
+    sizes = server_sizes(server_args, RTX_PRO_6000_MIB, 2048, weigh)
+    assert sizes["tokens_per_batch"] == 4 and sizes["max_running_requests"] == 48
+    assert sizes["decode_tokens"] == [4 * bs for bs in list(range(1, 9)) + list(range(10, 33, 2)) + [40, 44, 48]]
+    assert sizes["weighed_tokens"] == [4, 32, 128, 192]
+    assert sizes["comm"] == dict.fromkeys(("disable_custom_all_reduce", "enable_mscclpp", "enable_torch_symm_mem",
+                                           "enable_symm_mem"), False)
+
+
+def test_the_server_s_comm_flags_and_sizes_reach_the_self_test_whatever_sets_them(tmp_path, monkeypatch):
+    _, argv = rendered(tmp_path, monkeypatch, sglang_server_tp=8, sglang_server_cuda_graph_max_bs=64,
+                       sglang_server_torch_symm_mem=True, sglang_server_fusion_decode_batches=[2, 64],
+                       sglang_server_extra_args=["--disable-custom-all-reduce", "--enable-mscclpp",
+                                                 "--max-running-requests", 256])
+    server_args, weigh = selftest_server_args(argv)
+    sizes = server_sizes(server_args, RTX_PRO_6000_MIB, 2048, weigh)
+    assert sizes["comm"] == {"disable_custom_all_reduce": True, "enable_mscclpp": True, "enable_torch_symm_mem": True,
+                             "enable_symm_mem": False}
+    assert sizes["max_bs_from"] == "--cuda-graph-max-bs" and sizes["decode_tokens"][-1] == 4 * 64
+    assert sizes["weighed_tokens"] == [8, 256]

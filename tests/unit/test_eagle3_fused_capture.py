@@ -6,6 +6,9 @@ blockinfile puts it) and run for two simulated ranks in two threads. What they c
 way sglang behaves at TP 2: attention and MLP are row-parallel (each rank holds a partial sum), the
 attention output is all-reduced before the post-attention RMSNorm, and the MLP's all-reduce is either
 done in the MLP (fusion off) or left to the next layer's fused all-reduce + add + RMSNorm (fusion on).
+The all-reduce works in place and hands back its input, as sglang's NCCL path does
+(`GroupCoordinator.all_reduce`: `inplace_all_reduce(input_, ...)`, `return input_`), so a deferral flag
+left set on a reduced tensor is still there for the next layer to act on.
 """
 import ast
 import threading
@@ -17,7 +20,11 @@ import sglang_patch_probe as probe_mod
 from conftest import inserted
 
 RANKS, TOKENS, HIDDEN, LAYERS = 2, 4, 16, 8
-CAPTURED = [2, LAYERS // 2, LAYERS - 3]  # sglang's default EAGLE-3 layers for an 8-layer model
+DEFAULT_CAPTURED = [2, LAYERS // 2, LAYERS - 3]  # sglang's default EAGLE-3 layers for an 8-layer model
+# Layer 0 cannot be captured (its residual is None); layer 1 is the first a deferred sum reaches, and
+# the last layer is the last one handed a deferred sum (it defers nothing itself: it has no next).
+EDGE_CAPTURED = [1, LAYERS - 1]
+CAPTURES = pytest.mark.parametrize("captured", [DEFAULT_CAPTURED, EDGE_CAPTURED], ids=["sglang-default", "edges"])
 FLAG = "_sglang_needs_allreduce_fusion"
 PATCH = "eagle3_fused_allreduce_capture"
 
@@ -32,21 +39,23 @@ def tensor(values):
 
 
 class Ranks:
-    """Two ranks' all-reduce: each deposits its tensor, both get the sum in rank order."""
+    """Two ranks' all-reduce, in place: each deposits a copy of its tensor, and each tensor is overwritten
+    with the sum in rank order and handed back (the same object, attributes and all)."""
 
     def __init__(self):
         self.slots, self.barrier, self.local = [None] * RANKS, threading.Barrier(RANKS, timeout=30), threading.local()
         self.calls = 0
+        self.fused = 0  # fused all-reduce + add + RMSNorm branches taken in prepare_attn, rank 0's count
 
     def all_reduce(self, x):
         rank = self.local.rank
         self.slots[rank] = np.array(x)
         self.barrier.wait()
-        total = tensor(sum(self.slots))
+        x[...] = sum(self.slots)
         self.barrier.wait()
         if rank == 0:
             self.calls += 1
-        return total
+        return x
 
 
 def rms_norm(x):
@@ -61,6 +70,8 @@ class Communicator:
 
     def prepare_attn(self, hidden_states, residual, forward_batch, quant_format=""):
         if residual is not None and getattr(hidden_states, FLAG, False):
+            if self.ranks.local.rank == 0:
+                self.ranks.fused += 1
             hidden_states = self.ranks.all_reduce(hidden_states)  # the fused kernel: all-reduce, add, RMSNorm
         residual = hidden_states if residual is None else tensor(hidden_states + residual)
         return rms_norm(residual), residual
@@ -100,8 +111,9 @@ def source_functions(text):
             for cls in ("DeepseekV2Model", "DeepseekV2DecoderLayer")]
 
 
-def run_model(text, fuse):
-    """Both ranks through the real forward; per rank: the aux states and each layer's MLP partials."""
+def run_model(text, fuse, captured=DEFAULT_CAPTURED):
+    """Both ranks through the real forward: per rank, the aux states and each layer's MLP partials; the
+    number of all-reduces; the number of fused branches prepare_attn took (both per rank)."""
     model_forward, layer_forward = source_functions(text)
     ranks = Ranks()
     rng = np.random.default_rng(7)
@@ -159,7 +171,7 @@ def run_model(text, fuse):
                 return layer_fn(self, *args)
 
         model = Null(start_layer=0, end_layer=LAYERS, first_k_dense_replace=0, enable_a2a_moe=False,
-                     layers_to_capture=list(CAPTURED), llama_4_scaling_config=None, layers=[Layer(i) for i in
+                     layers_to_capture=list(captured), llama_4_scaling_config=None, layers=[Layer(i) for i in
                                                                                             range(LAYERS)],
                      pp_group=Null(is_first_rank=True, is_last_rank=True),
                      norm=lambda h, residual=None: (rms_norm(h + residual), None))
@@ -175,7 +187,7 @@ def run_model(text, fuse):
     if failures:
         raise failures[0]
     assert all(r is not None for r in results), "a rank did not finish within 60 s"
-    return results, ranks.calls
+    return results, ranks.calls, ranks.fused
 
 
 @pytest.fixture
@@ -189,28 +201,35 @@ def deepseek(site_packages):
     return pristine, inserted(entry, "%s\n%s\n%s\n" % (begin, entry["block"], end))
 
 
-def test_pristine_0_5_9_hands_the_drafter_one_ranks_partial_sum_under_fusion(deepseek):
+@CAPTURES
+def test_pristine_0_5_9_hands_the_drafter_one_ranks_partial_sum_under_fusion(deepseek, captured):
     pristine, _ = deepseek
-    unfused, _ = run_model(pristine, fuse=False)
-    fused, _ = run_model(pristine, fuse=True)
+    unfused, _, _ = run_model(pristine, fuse=False, captured=captured)
+    fused, _, fused_branches = run_model(pristine, fuse=True, captured=captured)
+    assert fused_branches == LAYERS - 1  # every layer after the first takes the fused kernel
     for rank in range(RANKS):
         np.testing.assert_allclose(fused[rank]["hidden"], unfused[0]["hidden"], rtol=1e-12)  # tokens stay right
-        for k, layer in enumerate(CAPTURED):
+        for k, layer in enumerate(captured):
             other = fused[1 - rank]["partials"][layer - 1]  # what the previous layer's MLP left on the other rank
             np.testing.assert_allclose(unfused[rank]["aux"][k] - fused[rank]["aux"][k], other, rtol=1e-9, atol=1e-12)
             assert np.abs(other).max() > 0.1
 
 
-def test_patched_0_5_9_captures_what_the_unfused_path_captures(deepseek):
-    _, patched = deepseek
-    unfused, unfused_calls = run_model(patched, fuse=False)
-    fused, fused_calls = run_model(patched, fuse=True)
+@CAPTURES
+def test_patched_0_5_9_captures_what_the_unfused_path_captures(deepseek, captured):
+    pristine, patched = deepseek
+    unfused, unfused_calls, unfused_branches = run_model(patched, fuse=False, captured=captured)
+    fused, fused_calls, fused_branches = run_model(patched, fuse=True, captured=captured)
     for rank in range(RANKS):
         np.testing.assert_allclose(fused[rank]["hidden"], unfused[rank]["hidden"], rtol=1e-12)
-        for k in range(len(CAPTURED)):
+        assert len(fused[rank]["aux"]) == len(captured)
+        for k in range(len(captured)):
             np.testing.assert_array_equal(fused[rank]["aux"][k], unfused[rank]["aux"][k])
     # Fusion off is untouched by the block; with fusion on, the captured layers' all-reduce happens
     # once, in the block, instead of in the fused kernel: the same number of all-reduces in all.
-    pristine_unfused, pristine_calls = run_model(deepseek[0], fuse=False)
+    pristine_unfused, pristine_calls, _ = run_model(pristine, fuse=False, captured=captured)
     np.testing.assert_array_equal(pristine_unfused[0]["aux"][0], unfused[0]["aux"][0])
     assert unfused_calls == pristine_calls == fused_calls == 2 * LAYERS
+    # Only the captured layers give up the fused kernel; every other layer after the first keeps it.
+    assert unfused_branches == 0
+    assert fused_branches == (LAYERS - 1) - len(captured)

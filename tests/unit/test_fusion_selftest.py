@@ -45,10 +45,32 @@ def test_a_pass_is_cached_and_not_repeated(host, tmp_path):
     env = host(gpus=2)
     first = selftest(env, "--cache-dir", str(tmp_path / "cache"))
     assert (first["status"], first["cached"], first["world_size"]) == ("pass", False, 2)
-    assert [s["tokens"] for s in first["shapes"]] == [1, 8, 64, 512, 2048]
+    # No server command line: a plain sglang server's ladder (nvidia-smi gave no memory: up to 160), and prefill.
+    assert [s["tokens"] for s in first["shapes"]] == [1, 2, 4, 8, 12] + list(range(16, 161, 8)) + [2048]
     again = selftest(env, "--cache-dir", str(tmp_path / "cache"))
     assert again["cached"] is True and again["key"] == first["key"]
     assert len(list((tmp_path / "cache").iterdir())) == 1
+
+
+EAGLE3_TP8 = ["--model-path", "/models/kimi", "--tp", "8", "--speculative-algorithm", "EAGLE3",
+              "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+
+
+def test_the_server_s_sizes_are_timed_and_the_weighed_ones_marked(host):
+    result = selftest(host(gpus=2), "--server-args", json.dumps(EAGLE3_TP8), "--weigh-batches", "1,8,32,48")
+    assert result["status"] == "pass" and result["sizes"]["tokens_per_batch"] == 4
+    timed = [s["tokens"] for s in result["shapes"]]
+    assert timed == result["sizes"]["decode_tokens"] + [2048] and timed[:3] == [4, 8, 12] and timed[-2] == 192
+    assert [s["tokens"] for s in result["shapes"] if s["weighs"]] == [4, 32, 128, 192]
+    assert [s["tokens"] for s in result["shapes"] if not s["decode"]] == [2048]
+    assert result["baseline"] == "lab (simulated)"  # the GPU part names the all-reduce it timed
+
+
+def test_a_server_whose_sizes_cannot_be_known_is_an_error_that_is_not_cached(host, tmp_path):
+    argv = ["--tp", "8", "--speculative-algorithm", "EAGLE3"]  # steps left to sglang, which reads the model
+    result = selftest(host(gpus=2), "--server-args", json.dumps(argv), "--cache-dir", str(tmp_path / "cache"))
+    assert result["status"] == "error" and "--speculative-num-steps" in result["reason"]
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_wrong_result_fails_with_the_error_and_the_tolerance(host):

@@ -250,7 +250,7 @@ def render_vars(found):
     # The role's own fusion decision from this host's self-test verdict (one GPU: single-gpu).
     sys.path.insert(0, str(ROOT / "plugins/filter"))
     from sglang_fusion import fusion_decision
-    extra["sglang_server_fusion"] = fusion_decision("auto", found["fusion_selftest"], 1.05, [1, 8, 64], True,
+    extra["sglang_server_fusion"] = fusion_decision("auto", found["fusion_selftest"], 1.05, True,
                                                     len(found["gpus"]))
     return extra
 
