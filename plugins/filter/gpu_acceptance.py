@@ -167,15 +167,12 @@ def _kernel_pci(bus_id):
 
 
 def _health_failures(label, gpu, floors):
-    found = []
+    # The kernel log's XIDs hold whether or not nvidia-smi could be read under load.
+    found = [_failure(label, "xid", xid, "no fatal XID since boot", "XID %d since boot, %s" % (xid, FATAL_XIDS[xid]))
+             for xid in sorted(set(gpu.get("xids") or [])) if xid in FATAL_XIDS]
     health = gpu.get("health")
     if not health:
-        return [_failure(label, "health_under_load", None, "read while the GEMM runs", "not read")]
-
-    for xid in sorted(set(gpu.get("xids") or [])):
-        if xid in FATAL_XIDS:
-            found.append(_failure(label, "xid", xid, "no fatal XID since boot",
-                                  "XID %d since boot, %s" % (xid, FATAL_XIDS[xid])))
+        return found + [_failure(label, "health_under_load", None, "read while the GEMM runs", "not read")]
     volatile = health.get("ecc_uncorrected_volatile")
     if isinstance(volatile, int) and volatile > 0:
         found.append(_failure(label, "ecc_uncorrected_volatile", volatile, 0,

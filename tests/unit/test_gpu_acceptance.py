@@ -284,3 +284,10 @@ def test_the_allreduce_runs_one_process_per_rank_and_sums_right(ranks, tmp_path)
     assert "all-reduce across %d ranks (gloo)" % ranks in done.stderr
     assert [gpu["xids"] for gpu in result["gpus"]] == [[13], [79]]
     assert time.monotonic() - started < 60
+
+
+def test_an_xid_fails_the_gpu_even_when_its_health_could_not_be_read_under_load():
+    host = rtx_host()
+    host["gpus"][5]["xids"] = [79]
+    del host["gpus"][5]["health"]
+    assert [(f["check"], f["value"]) for f in acceptance_verdict(host, FLOORS)] == [("xid", 79), ("health_under_load", None)]
