@@ -10,7 +10,7 @@ module: sglang_server_stale
 short_description: Whether a running server is older than any file that defines it
 description:
   - A server reads its unit, drop-ins, settings and key files, and the install C(current) names, only when it
-    starts. A file changed after its main process started is one the running server does not serve: the
+    starts. A file changed after its main process started is one the running server does not serve; the
     server is stale, and must restart. This is read from the host on every run, so a run that stopped between
     writing a file and restarting the server (killed, failed, or a batch that never came) leaves nothing a
     rerun cannot see.
