@@ -158,6 +158,15 @@ def fleet_topology(hosts, hostvars, groups, routers=()):
             "routers": {router: _router(router, hostvars) for router in routers}}
 
 
+def fleet_units(host, hostvars, groups):
+    """How many units (a server, or a multi-node group) the whole fleet has: fleet_gpu_nodes where it names
+    the whole fleet (a slice's inventory holds only part of it), else this inventory's gpu_nodes."""
+    whole = fleet_settings(host, hostvars)["fleet_gpu_nodes"] or {}
+    if isinstance(whole, dict) and whole:
+        return sum(1 for group in whole.values() if not group) + len({group for group in whole.values() if group})
+    return len(sglang_rollout_units(groups.get("gpu_nodes") or [], hostvars, groups))
+
+
 def fleet_unit(topology, host):
     """The unit `host` serves in (a host of a multi-node group: its group's)."""
     for unit in topology["units"]:
@@ -389,7 +398,7 @@ def fleet_slice_problems(host, hostvars, groups):
 
 class FilterModule(object):
     def filters(self):
-        return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_settings": fleet_settings,
+        return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_units": fleet_units, "fleet_settings": fleet_settings,
                 "fleet_problems": fleet_problems, "fleet_pip_environment": fleet_pip_environment,
                 "fleet_slice": fleet_slice, "fleet_slice_problems": fleet_slice_problems,
                 "fleet_whole_problems": fleet_whole_problems}

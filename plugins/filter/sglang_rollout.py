@@ -91,30 +91,80 @@ def _batch_size(spec, total):
         raise AnsibleFilterError("serial entry %r is neither a count nor a percentage" % (spec,))
 
 
-def sglang_rollout_batches(units, serial):
-    """Batch sizes (host counts) for the play's `serial`: each batch takes whole units until it holds
-    at least the hosts its `serial` entry asks for, so a group is never split; the last entry repeats."""
-    serial = serial if isinstance(serial, (list, tuple)) else [serial]
-    serial = list(serial) or [0]
-    total = sum(len(unit["ranks"]) for unit in units)
-    sizes, index, queue = [], 0, list(units)
+def sglang_rollout_out(units, hostvars):
+    """The names of the units out of service now, as the plan found them: a rank 0 that some router does
+    not hold (the plan's check-mode pass would put it back)."""
+    out = []
+    for unit in units:
+        found = (hostvars[unit["rank0"]] if unit["rank0"] in hostvars else {}).get("__sglang_server_routers_in") or {}
+        if any(result.get("changed") for result in found.get("results") or [] if not result.get("skipped")):
+            out.append(unit["name"])
+    return out
+
+
+def _floor(min_in_service, fleet_units):
+    """fleet_min_in_service as a count of units: a count, or a percentage of the fleet rounded down."""
+    text = str(min_in_service).strip()
+    try:
+        value = float(text[:-1]) / 100.0 * fleet_units if text.endswith("%") else float(text)
+    except ValueError:
+        raise AnsibleFilterError("fleet_min_in_service %r is neither a count nor a percentage" % (min_in_service,))
+    if value < 0 or (text.endswith("%") and float(text[:-1]) > 100):
+        raise AnsibleFilterError("fleet_min_in_service %r is out of range" % (min_in_service,))
+    return int(value + 1e-9)
+
+
+def sglang_rollout_waves(units, fleet_units, min_in_service, out=(), serial=()):
+    """The rollout's waves, as host counts for the play's `serial`, under a floor of units in service.
+
+    `units` restart (rollout order); the fleet has `fleet_units` units behind its routers, of which the
+    units named in `out` are out of service now (down, or out of a router). The first wave is one unit
+    alone, the canary; every later wave takes as many units as the fleet can lose while
+    `min_in_service` (a count, or a percentage of the fleet rounded down) stay in service, capped by
+    `serial` (an optional list of counts or percentages of the restarting hosts, its last entry
+    repeating). A unit already out costs nothing to restart. A floor no restart fits under (every unit
+    must stay in) fails, naming the numbers; a one-unit fleet has no floor to hold (its restart is an
+    outage, as any restart of a lone server is)."""
+    units = list(units)
+    if not units:
+        return []
+    fleet_units = max(int(fleet_units), len(units))
+    out = set(out)
+    floor = _floor(min_in_service, fleet_units)
+    in_service = fleet_units - len(out)
+    spare = in_service - floor  # units that may be out at once, beyond those already out
+    if fleet_units > 1 and spare < 1 and any(unit["name"] not in out for unit in units):
+        raise AnsibleFilterError(
+            "fleet_min_in_service %s keeps %d of the fleet's %d units in service, and %d serve now (%d out): no "
+            "unit that serves can restart. Lower the floor, or bring the units that are out back first"
+            % (min_in_service, floor, fleet_units, in_service, len(out)))
+    spare = max(spare, 1)
+    serial = [entry for entry in (serial if isinstance(serial, (list, tuple)) else [serial]) if str(entry).strip()]
+    total_hosts = sum(len(unit["ranks"]) for unit in units)
+    waves, queue, index = [], list(units), 0
     while queue:
-        want = _batch_size(serial[min(index, len(serial) - 1)], total)
-        if want <= 0:
-            want = total
-        batch = 0
-        while queue and batch < want:
-            batch += len(queue.pop(0)["ranks"])
-        sizes.append(batch)
+        # The canary restarts alone; then as many serving units as the floor spares, plus any already out.
+        cap = _batch_size(serial[min(index, len(serial) - 1)], total_hosts) if serial else 0
+        wave, serving = [], 0
+        while queue and not (waves == [] and wave):
+            unit = queue[0]
+            costs = unit["name"] not in out
+            hosts = sum(len(u["ranks"]) for u in wave) + len(unit["ranks"])
+            if wave and ((costs and serving + 1 > spare) or (cap > 0 and hosts > cap)):
+                break
+            wave.append(queue.pop(0))
+            serving += costs
+        waves.append(sum(len(unit["ranks"]) for unit in wave))
         index += 1
-    return sizes
+    return waves
 
 
 class FilterModule(object):
     def filters(self):
         return {
             "sglang_rollout_units": sglang_rollout_units,
-            "sglang_rollout_batches": sglang_rollout_batches,
             "sglang_rollout_hosts": sglang_rollout_hosts,
+            "sglang_rollout_waves": sglang_rollout_waves,
+            "sglang_rollout_out": sglang_rollout_out,
         }
 

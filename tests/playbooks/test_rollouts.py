@@ -24,7 +24,7 @@ def plan_tasks(*names):
     return [tasks[name] for name in names]
 
 
-def batches(tmp_path, monkeypatch, hosts, groups, extravars=None, changing=None):
+def batches(tmp_path, monkeypatch, hosts, groups, extravars=None, changing=None, host_vars=None):
     """The batches playbooks/server.yml's own plays make of an inventory: the plan's tasks swapped for
     the plan's own tasks that decide who rolls out, fed with which hosts change (every host unless
     `changing` names them), the rollout's for a task that records each batch."""
@@ -42,7 +42,8 @@ def batches(tmp_path, monkeypatch, hosts, groups, extravars=None, changing=None)
         "sglang_batch": "{{ ansible_play_batch }}"}}]
     (tmp_path / "server.yml").write_text(yaml.safe_dump([named, plan, planner, rollout]))
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = {"gpu_nodes": {"hosts": {h: dict(local, __sglang_server_group_hosts=[h], __sglang_server_rank0=h)
+    inventory = {"gpu_nodes": {"hosts": {h: dict(local, __sglang_server_group_hosts=[h], __sglang_server_rank0=h,
+                                                 **(host_vars or {}).get(h, {}))
                                          for h in hosts}}}
     for name, members in groups.items():
         inventory[name] = {"hosts": {h: {"__sglang_server_group_hosts": members, "__sglang_server_rank0": members[0]}
@@ -59,16 +60,32 @@ def batches(tmp_path, monkeypatch, hosts, groups, extravars=None, changing=None)
     return seen
 
 
-def test_the_server_rolls_one_host_then_half_the_fleet_and_stops_at_the_first_failure(tmp_path, monkeypatch):
+def test_the_server_rolls_the_canary_alone_then_what_the_fleet_s_floor_spares(tmp_path, monkeypatch):
+    # fleet_min_in_service 75%: 3 of 5 stay in, 2 may be out; of 8, 6 stay in: never half the fleet at once.
     assert batches(tmp_path, monkeypatch, ["n1", "n2", "n3", "n4", "n5"], {}) == [
         ["n1"], ["n2", "n3"], ["n4", "n5"]]
+    eight = ["n%d" % i for i in range(1, 9)]
+    assert [len(b) for b in batches(tmp_path, monkeypatch, eight, {})] == [1, 2, 2, 2, 1]
+    assert [len(b) for b in batches(tmp_path, monkeypatch, eight, {}, {"fleet_min_in_service": 7})] == [1] * 8
 
 
-def test_only_the_hosts_that_change_roll_and_their_batches_are_sized_on_them(tmp_path, monkeypatch):
+def test_a_server_out_of_a_router_counts_against_the_floor(tmp_path, monkeypatch):
+    """n5 is out of its router now (the plan's check pass would put it back): 3 of 5 must stay in, 4
+    serve, so one serving host at a time; n5 itself costs nothing and rides with the first wave after
+    the canary."""
+    out = {"__sglang_server_routers_in": {"results": [{"item": "router", "changed": True}]}}
+    hosts = ["n1", "n2", "n3", "n4", "n5"]
+    assert batches(tmp_path, monkeypatch, hosts, {}, host_vars={"n5": out}) == [
+        ["n1"], ["n2"], ["n3"], ["n4", "n5"]]
+    with pytest.raises(AssertionError, match="keeps 4 of the fleet's 5 units in service, and 4 serve now"):
+        batches(tmp_path, monkeypatch, hosts, {}, {"fleet_min_in_service": 4}, host_vars={"n5": out})
+
+
+def test_only_the_hosts_that_change_roll_and_the_whole_fleet_sets_their_floor(tmp_path, monkeypatch):
     """A host the plan found as it should be is in no batch: a rerun that changes one host of five
     restarts that host alone, and one that changes nothing runs no rollout at all."""
     hosts = ["n1", "n2", "n3", "n4", "n5"]
-    assert batches(tmp_path, monkeypatch, hosts, {}, changing=["n2", "n4", "n5"]) == [["n2"], ["n4"], ["n5"]]
+    assert batches(tmp_path, monkeypatch, hosts, {}, changing=["n2", "n4", "n5"]) == [["n2"], ["n4", "n5"]]
     assert batches(tmp_path, monkeypatch, hosts, {}, changing=["n3"]) == [["n3"]]
     assert batches(tmp_path, monkeypatch, hosts, {}, changing=["nobody"]) == []
 
@@ -80,13 +97,13 @@ def test_a_group_rolls_out_whole_when_one_of_its_ranks_changes(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("serial, expected", [
-    (None, [["g1"], ["g2", "t1-r0", "t1-r1"], ["g3"]]),      # the group joins the batch it starts in
-    ([2], [["g1", "g2"], ["t1-r0", "t1-r1"], ["g3"]]),
-    ([1], [["g1"], ["g2"], ["t1-r0", "t1-r1"], ["g3"]]),     # a group larger than the batch is one batch
-], ids=["default", "two", "one"])
+    (None, [["g1"], ["g2", "t1-r0", "t1-r1", "g3"]]),         # a floor of 1 of 4 units spares 3
+    ([2], [["g1"], ["g2"], ["t1-r0", "t1-r1"], ["g3"]]),      # the cap counts hosts: g2 and the group exceed 2
+    ([1], [["g1"], ["g2"], ["t1-r0", "t1-r1"], ["g3"]]),      # a group larger than the cap is one wave
+], ids=["floor", "two", "one"])
 def test_a_multi_node_group_is_never_split_across_batches(tmp_path, monkeypatch, serial, expected):
     hosts = ["g1", "g2", "t1-r0", "t1-r1", "g3"]
-    extravars = {"sglang_server_serial": serial} if serial else None
+    extravars = dict({"fleet_min_in_service": 1}, **({"sglang_server_serial": serial} if serial else {}))
     assert batches(tmp_path, monkeypatch, hosts, {"t1": ["t1-r0", "t1-r1"]}, extravars) == expected
 
 
@@ -94,7 +111,7 @@ def test_a_group_whose_hosts_are_apart_in_the_inventory_still_restarts_in_one_ba
     """As an AWX slice lists them, by name: the ranks (a slice count apart) are never neighbours."""
     hosts = ["t1-r1", "g1", "g2", "t1-r0", "g3"]
     assert batches(tmp_path, monkeypatch, hosts, {"t1": ["t1-r0", "t1-r1"]}) == [
-        ["t1-r0", "t1-r1"], ["g1", "g2"], ["g3"]]
+        ["t1-r0", "t1-r1"], ["g1"], ["g2"], ["g3"]]
 
 
 def test_a_lab_node_keeps_its_address_when_the_plan_adds_the_rollout_group(tmp_path):

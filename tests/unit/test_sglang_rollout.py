@@ -1,8 +1,8 @@
-"""Units of rollout and batch sizes: a multi-node group is one unit, never split across batches."""
+"""Units of rollout and their waves: a multi-node group is one unit, never split across waves."""
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from sglang_rollout import sglang_rollout_batches, sglang_rollout_hosts, sglang_rollout_units
+from sglang_rollout import sglang_rollout_hosts, sglang_rollout_units, sglang_rollout_waves
 
 GROUPS = {"tp": ["b0", "b1"], "big": ["c0", "c1", "c2", "c3"]}
 
@@ -19,17 +19,13 @@ def test_single_hosts_and_a_group_in_rank_order():
                      {"name": "d", "rank0": "d", "ranks": ["d"]}]
 
 
-@pytest.mark.parametrize("serial, sizes", [
-    ([1, "50%"], [1, 6, 2]),      # 50% of 9 is 4: the group of 2 leaves room, so the group of 4 joins whole
-    ([3], [3, 4, 2]),             # whole units until the batch has at least 3 hosts
-    (["100%"], [9]),
-    (0, [9]),
-])
-def test_batches_grow_to_hold_whole_groups(serial, sizes):
+def test_waves_hold_whole_groups_and_a_cap_only_makes_them_smaller():
     found = units(["a", "b0", "b1", "c0", "c1", "c2", "c3", "d", "e"],
                   {"b0": "tp", "b1": "tp", "c0": "big", "c1": "big", "c2": "big", "c3": "big"})
-    assert sglang_rollout_batches(found, serial) == sizes
-    assert sum(sizes) == 9
+    # 5 units, a floor of 1: 4 may be out at once after the canary; a group of 4 hosts is one unit.
+    assert sglang_rollout_waves(found, 5, 1) == [1, 8]
+    assert sglang_rollout_waves(found, 5, 1, serial=[3]) == [1, 2, 4, 2]  # at most 3 hosts, whole units
+    assert sum(sglang_rollout_waves(found, 5, "75%")) == 9
 
 
 def test_a_group_missing_a_rank_is_refused():
@@ -51,5 +47,5 @@ def test_the_rollout_order_is_unit_by_unit_and_holds_only_the_hosts_that_roll_ou
 
 def test_a_bad_serial_entry_is_named():
     with pytest.raises(AnsibleFilterError, match="'half'"):
-        sglang_rollout_batches(units(["a"], {}), ["half"])
+        sglang_rollout_waves(units(["a", "d"], {}), 2, 0, serial=["half"])
 
