@@ -76,3 +76,28 @@ def test_a_cached_wheel_whose_bytes_changed_fails_before_it_reaches_the_host(tmp
         "it is not installed" % (wheel, hashlib.sha256(wheel.read_bytes()).hexdigest(), cache / "k1" / "key.json",
                                  recorded)
     assert not (tmp_path / "work").exists()
+
+
+KEYS = ROOT / "tests/fixtures/apt-keys"
+
+
+@pytest.mark.parametrize("given", ["path", "block"])
+def test_a_cuda_apt_key_with_another_fingerprint_fails_before_apt_trusts_it(tmp_path, inventory, given):
+    key = KEYS / "archive-key.asc"
+    mine = next(line.split(":")[9] for line in (KEYS / "archive-key.colons").read_text().splitlines()
+                if line.startswith("fpr:"))
+    keyring = tmp_path / "keyrings/cuda.asc"
+    play = [{"name": "The CUDA key step", "hosts": "gpu_nodes", "gather_facts": False, "tasks": [
+        {"name": "The key step runs", "ansible.builtin.include_role": {"name": "cuda_toolkit", "tasks_from": "key"}}]}]
+    (tmp_path / "key.yml").write_text(yaml.safe_dump(play))
+    source = str(key) if given == "path" else key.read_text()
+    settings = ["-e", json.dumps({"cuda_toolkit_repo_key": source, "__cuda_toolkit_keyring": str(keyring)})]
+    refused = run(tmp_path, tmp_path / "key.yml", inventory, *settings)
+    assert refused.rc != 0 and refused.changed == 0 and not keyring.parent.exists()
+    (failure,) = refused.hosts["node"].failures
+    assert failure["task"] == "The repository's key has the pinned fingerprint"
+    assert ("has fingerprint %s, but cuda_toolkit_repo_key_fingerprint pins EB693B3035CD5710E231E123A4B469963BF863CC"
+            % mine) in failure["msg"]
+    trusted = run(tmp_path, tmp_path / "key.yml", inventory, *settings, "-e", "cuda_toolkit_repo_key_fingerprint=" + mine)
+    assert trusted.rc == 0, trusted.failure_summary
+    assert keyring.read_text() == key.read_text()

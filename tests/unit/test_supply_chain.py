@@ -79,3 +79,11 @@ def test_a_wheel_whose_bytes_changed_is_refused_naming_the_file_and_both_digests
         "/c/k/f.whl has sha256 " + other + ", but /c/k/key.json records " + SHA
         + ": its bytes changed since they were recorded; it is not installed")
     assert "records none" in wheel_digest_problem(other, "", "/c/k/f.whl", "/c/k/key.json")
+
+
+def test_the_lab_mirror_pins_the_fingerprint_gpg_gives_its_one_key():
+    import aptrepo
+    (mine,) = gpg_fingerprints("archive-key")["primary"]
+    assert aptrepo.key_fingerprint((KEYS / "archive-key.colons").read_text()) == mine
+    with pytest.raises(SystemExit, match="holds 2 keys, not one"):
+        aptrepo.key_fingerprint((KEYS / "two-keys.colons").read_text())
