@@ -127,6 +127,15 @@ def write_index(suite: Path, label: str) -> None:
     (suite / "Release").write_text("\n".join(lines) + "\n")
 
 
+def key_fingerprint(colons: str) -> str:
+    """The one primary key's fingerprint in `gpg --with-colons` output: the fpr: line after its pub: line."""
+    lines = [line.split(":") for line in colons.splitlines()]
+    found = [fields[9] for before, fields in zip(lines, lines[1:]) if before[0] == "pub" and fields[0] == "fpr"]
+    if len(found) != 1:
+        raise SystemExit("lab: the archive keyring holds %d keys, not one" % len(found))
+    return found[0]
+
+
 def gpg(home: Path, *args: str) -> None:
     subprocess.run(["gpg", "--batch", "--quiet", "--homedir", str(home), *args], check=True)
 
@@ -149,6 +158,11 @@ def build() -> Path:
         gpg(home, "--passphrase", "", "--quick-generate-key", "sglang-fleet lab archive <lab@localhost>",
             "rsa3072", "sign", "never")
         gpg(home, "--armor", "--output", str(REPO / "lab-archive-key.asc"), "--export")
+        # The key is new at every build: its fingerprint, as gpg says it, is written beside it for the lab
+        # inventory to pin (cuda_toolkit_repo_key_fingerprint), from the build, not from what a node reads.
+        listing = subprocess.run(["gpg", "--batch", "--homedir", str(home), "--with-colons", "--fingerprint"],
+                                 check=True, capture_output=True, text=True).stdout
+        (REPO / "lab-archive-key.fingerprint").write_text(key_fingerprint(listing) + "\n")
         gpg(home, "--armor", "--detach-sign", "--output", str(suite / "Release.gpg"), str(suite / "Release"))
         gpg(home, "--clearsign", "--output", str(suite / "InRelease"), str(suite / "Release"))
     finally:

@@ -82,6 +82,32 @@ def _sibling(name, attribute):
 http_url = _sibling("http_url", "http_url")
 sglang_rollout_units = _sibling("sglang_rollout", "sglang_rollout_units")
 pip_environment = _sibling("pip_environment", "pip_environment")
+supply_chain_pin_problems = _sibling("supply_chain", "supply_chain_pin_problems")
+
+# The pins of what the fleet installs from outside, by role (plugins/filter/supply_chain.py): checked with
+# the fleet settings, before any stage changes a thing, so a run that would install an unpinned wheel or
+# trust an unpinned key stops before it starts. Their defaults are literal, read from each role's file.
+PINS = {"sglang": ("sglang_sgl_kernel_wheel_sha256",),
+        "flash_attn": ("flash_attn_prebuilt_wheel", "flash_attn_prebuilt_wheel_sha256"),
+        "cuda_toolkit": ("cuda_toolkit_repo_key_fingerprint",)}
+_pin_defaults = None
+
+
+def pin_defaults():
+    """The role defaults of the settings in PINS."""
+    global _pin_defaults
+    if _pin_defaults is None:
+        found = {}
+        for role, names in PINS.items():
+            path = os.path.join(ROLES_DIR, role, "defaults", "main.yml")
+            try:
+                with open(path) as handle:
+                    defaults = yaml.load(handle, Loader=_LOADER) or {}
+            except (OSError, yaml.YAMLError) as error:
+                raise AnsibleFilterError("the defaults of role %s (%s) cannot be read: %s" % (role, path, error))
+            found.update({name: defaults.get(name, "") for name in names})
+        _pin_defaults = found
+    return _pin_defaults
 
 _defaults = None
 
@@ -307,7 +333,8 @@ def _nearest(name, known):
 
 def fleet_problems(host, hostvars):
     """What cannot work on `host`: a setting the fleet layer holds now still set under its old name, a
-    setting no role takes (a misspelt one), a port out of range, two of the fleet's listeners on one port
+    setting no role takes (a misspelt one), a pin of what is installed from outside that pins nothing
+    (PINS), a port out of range, two of the fleet's listeners on one port
     (a GPU host may run a router too), or an nvidia-smi that is not an absolute path (the gpu-init unit
     and the GPU collector's unit run it outside any PATH the preflight saw)."""
     settings = fleet_settings(host, hostvars)
@@ -315,6 +342,8 @@ def fleet_problems(host, hostvars):
     problems = ["%s is set, but the setting is the fleet layer's now: rename it %s" % (old, new)
                 for old, new in MOVED.items() if old in found]
     problems += unknown_settings(found)
+    problems += supply_chain_pin_problems({name: (found[name] if name in found else default)
+                                           for name, default in pin_defaults().items()})
     owner = {}
     if not str(settings["fleet_nvidia_smi"]).startswith("/"):
         problems.append("fleet_nvidia_smi is %r, not an absolute path (say /usr/bin/nvidia-smi)"

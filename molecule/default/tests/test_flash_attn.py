@@ -164,7 +164,8 @@ OTHER_KEY_SLICED = {"flash_attn_build_env": {**LAB_BUILD_ENV, "NVCC_APPEND_FLAGS
 def test_a_prebuilt_wheel_is_installed_everywhere_without_a_build(host):
     original = next(entry for entry in cache_entries().values() if "NVCC_APPEND_FLAGS" not in entry["key"]["build_env"])
     wheel = CACHE / original["id"] / original["wheel"]
-    run = run_playbook(PLAYBOOK, INVENTORY, extravars={"flash_attn_prebuilt_wheel": str(wheel)})
+    run = run_playbook(PLAYBOOK, INVENTORY, extravars={"flash_attn_prebuilt_wheel": str(wheel),
+                                                       "flash_attn_prebuilt_wheel_sha256": original["sha256"]})
     assert run.rc == 0 and builders(run) == []
     assert actions(run) == ["installed prebuilt", "installed prebuilt"]
     assert {installed(node) for node in nodes(host)} == {"2.8.3+build." + original["id"]}
