@@ -134,3 +134,30 @@ def test_without_an_admin_key_the_client_key_opens_the_admin_routes(lab):
     status, answer = server.ask("GET", "/hicache/storage-backend", "client-key")
     assert status == 400 and "admin-api-key" in answer["error"]
     assert lab(None, None).ask("POST", "/update_weights_from_disk", None, update)[0] == 400
+
+
+def run_admin_auth(capsys, args):
+    import sglang_admin_auth
+    from ansible.module_utils.testing import patch_module_args
+    with patch_module_args(args), pytest.raises(SystemExit):
+        sglang_admin_auth.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_verify_module_shows_the_client_key_refused_and_the_admin_key_through(lab, capsys):
+    server = lab("client-key-5f1", "admin-key-9c2")
+    result = run_admin_auth(capsys, {"url": server.url, "api_key": "client-key-5f1", "admin_api_key": "admin-key-9c2"})
+    assert not result.get("failed"), result
+    assert (result["client_key_status"], result["admin_key_status"]) == (401, 200)
+    assert "key-5f1" not in json.dumps(result) and "key-9c2" not in json.dumps(result)
+
+
+def test_the_verify_module_fails_where_the_client_key_opens_the_admin_routes(lab, capsys):
+    server = lab("client-key-5f1", None)   # a server started without its admin key
+    result = run_admin_auth(capsys, {"url": server.url, "api_key": "client-key-5f1", "admin_api_key": "admin-key-9c2"})
+    assert result["failed"] and result["client_key_status"] == 400
+    assert "the client key got 400 on the admin route /hicache/storage-backend, not 401 or 403" in result["msg"]
+    assert "key-5f1" not in json.dumps(result) and "key-9c2" not in json.dumps(result)
+    wrong = lab("client-key-5f1", "another-admin-key")
+    result = run_admin_auth(capsys, {"url": wrong.url, "api_key": "client-key-5f1", "admin_api_key": "admin-key-9c2"})
+    assert result["failed"] and "the admin key got 401" in result["msg"]
