@@ -409,6 +409,8 @@ def report(run: PlaybookRun) -> str:
         fusion = r.facts.get("sglang_server_fusion") or {}
         if fusion.get("switch") == "auto" and fusion.get("enabled") in (False, "False", "false"):
             lines.append("  i %s: serves without allreduce fusion: %s" % (host, fusion.get("reason")))
+        for listener in r.facts.get("fleet_open_listeners") or []:
+            lines.append("  ! %s: %s (fleet_allow_open_listeners)" % (host, listener))
         monitoring = r.facts.get("fleet_monitoring_status")
         if monitoring:
             lines.append("  i %s: %s" % (host, describe_monitoring(monitoring)))

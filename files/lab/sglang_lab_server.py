@@ -10,6 +10,12 @@ OpenAI-compatible endpoints the health gate and bench_serving use: /health, /v1/
 tests/fixtures/upstream/sglang-router-0.3.2/worker-calls.json) and what a drain reads (/v1/loads,
 /get_load). It counts the requests in flight and says how many a stop cut off.
 
+It asks keys as sglang 0.5.9's auth middleware does (srt/utils/auth.py): each route's level read at start
+from the installed sglang's @auth_level decorators (srt/entrypoints/http_server.py), so that with
+--admin-api-key only the admin key opens an ADMIN_OPTIONAL route and without one the client key does.
+Two admin routes are served, past the auth: POST /update_weights_from_disk (which loads nothing and
+answers {"success": false, "message": "lab"}) and GET /hicache/storage-backend (the settings it reads).
+
 With --enable-metrics it serves /metrics as sglang 0.5.9 does (unauthenticated, rank 0 only): the
 scheduler's gauges and the tokenizer's token counters and TTFT/ITL histograms, under the names, help
 texts and default buckets that the installed sglang's srt/metrics/collector.py declares (read at start:
@@ -37,6 +43,8 @@ import contextlib
 import math
 import json
 import os
+import re
+import secrets
 import signal
 import socket
 import sys
@@ -230,6 +238,73 @@ class Metrics:
             return "\n".join(lines) + "\n"
 
 
+# --- Auth: sglang 0.5.9's levels, read from the installed sglang -------------------------------------
+ROUTE_DECORATORS = {"get": ["GET"], "post": ["POST"], "put": ["PUT"], "delete": ["DELETE"], "patch": ["PATCH"]}
+
+
+def route_auth_levels(site):
+    """[(methods, path pattern, level)] of every route the installed srt/entrypoints/http_server.py declares
+    on `app`, in source order (the order starlette matches them in), each with the AuthLevel its
+    @auth_level decorator names (ADMIN_OPTIONAL, ADMIN_FORCE), else NORMAL, as auth.py reads it."""
+    with open(os.path.join(site, "sglang", "srt", "entrypoints", "http_server.py")) as handle:
+        tree = ast.parse(handle.read())
+    routes = []
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for function in sorted(functions, key=lambda n: n.lineno):
+        level, declared = "NORMAL", []
+        for decorator in function.decorator_list:
+            if not isinstance(decorator, ast.Call):
+                continue
+            func = decorator.func
+            if isinstance(func, ast.Name) and func.id == "auth_level" and decorator.args:
+                level = getattr(decorator.args[0], "attr", "NORMAL")
+            elif (isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "app" and decorator.args
+                  and isinstance(decorator.args[0], ast.Constant)):
+                methods = ROUTE_DECORATORS.get(func.attr)
+                if func.attr == "api_route":  # FastAPI's default is GET
+                    given = {kw.arg: kw.value for kw in decorator.keywords}.get("methods")
+                    methods = ast.literal_eval(given) if given is not None else ["GET"]
+                if methods is not None:
+                    declared.append((decorator.args[0].value, methods))
+        for path, methods in declared:
+            methods = {m.upper() for m in methods} | ({"HEAD"} if "GET" in methods else set())  # as starlette
+            pattern = re.sub(r"\\\{([^}:]+)(:path)?\\\}", lambda m: ".*" if m.group(2) else "[^/]+", re.escape(path))
+            routes.append((methods, re.compile(pattern), level))
+    return routes
+
+
+def auth_level_of(routes, method, path):
+    """The level of the route a request matches in full (path and method), else NORMAL: sglang 0.5.9's
+    _get_auth_level_from_app_and_scope (srt/utils/auth.py)."""
+    for methods, pattern, level in routes:
+        if method in methods and pattern.fullmatch(path):
+            return level
+    return "NORMAL"
+
+
+def decide_request_auth(method, path, authorization, api_key, admin_api_key, level):
+    """(allowed, status when refused) for one request, as sglang 0.5.9's decide_request_auth decides
+    (srt/utils/auth.py; tests/unit/test_lab_server_auth.py holds the two side by side): /health* and
+    /metrics* are open; ADMIN_FORCE needs the admin key (403 without one configured); ADMIN_OPTIONAL
+    needs the admin key where one is set, else the client key where that is set, else nothing; NORMAL
+    needs the client key where it is set."""
+    if method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
+        return True, None
+
+    def bearer(expected):
+        parts = (authorization or "").split(" ", 1)
+        return len(parts) == 2 and parts[0].lower() == "bearer" and secrets.compare_digest(parts[1], expected)
+
+    if level == "ADMIN_FORCE":
+        if not admin_api_key:
+            return False, 403
+        return (True, None) if bearer(admin_api_key) else (False, 401)
+    expected = (admin_api_key or api_key) if level == "ADMIN_OPTIONAL" else api_key
+    if not expected:
+        return True, None
+    return (True, None) if bearer(expected) else (False, 401)
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "sglang-fleet-lab"
 
@@ -252,14 +327,20 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def authorized(self):
-        key = self.server.api_key
-        if key and self.headers.get("Authorization") != "Bearer " + key:
-            self.send_json(401, {"error": "unauthorized"})
-            return False
-        return True
+    def authorized(self, method):
+        """sglang's auth middleware, which answers before any route: each route's level as the installed
+        sglang marks it, the decision as its auth.py takes it."""
+        path = self.path.split("?", 1)[0]
+        allowed, status = decide_request_auth(method, path, self.headers.get("Authorization"), self.server.api_key,
+                                              self.server.admin_api_key,
+                                              auth_level_of(self.server.routes, method, path))
+        if not allowed:
+            self.send_json(status, {"error": "Unauthorized" if status == 401 else "Forbidden"})
+        return allowed
 
     def do_GET(self):
+        if not self.server.dummy and not self.authorized("GET"):
+            return None
         if not self.server.ready.is_set():
             return self.send_json(503, {"error": "loading"})
         path = self.path.split("?", 1)[0]
@@ -270,8 +351,13 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/metrics" and self.server.metrics:  # no key asked, as sglang's auth lets /metrics by
             return self.send_text(self.server.metrics.render(self.server.in_flight, self.server.accept_length
                                                              if self.server.speculative else 0.0))
-        if not self.authorized():
-            return None
+        if path == "/hicache/storage-backend":  # an admin route that only reads (0.5.9: with an admin key only)
+            if not self.server.admin_api_key:
+                return self.send_json(400, {"error": "This endpoint requires admin API key, but this server was "
+                                                     "started without one (admin-api-key)."})
+            return self.send_json(200, {name: self.server.args.get(name) for name in (
+                "hicache_storage_backend", "hicache_storage_backend_extra_config",
+                "hicache_storage_prefetch_policy", "hicache_write_policy")})
         if path == "/model_info" or path == "/get_model_info":
             return self.send_json(200, {"model_path": self.server.args.get("model_path"),
                                         "tokenizer_path": self.server.args.get("model_path"),
@@ -297,10 +383,13 @@ class Handler(BaseHTTPRequestHandler):
         return self.send_json(404, {"error": "not found"})
 
     def do_POST(self):
+        if not self.server.dummy and not self.authorized("POST"):
+            return None
         if not self.server.ready.is_set() or self.server.dummy:
             return self.send_json(503 if not self.server.dummy else 404, {"error": "not serving"})
-        if not self.authorized():
-            return None
+        if self.path.split("?", 1)[0] == "/update_weights_from_disk":  # an admin route: past auth, it loads nothing
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return self.send_json(400, {"success": False, "message": "lab", "num_paused_requests": 0})
         with self.server.lock:
             self.server.in_flight += 1
         try:
@@ -479,7 +568,12 @@ def main(argv):
     server.model = parsed.get("served_model_name") or parsed.get("model_path")
     server.mode, server.args = mode, parsed
     server.tokens_per_second = float(config.get("tokens_per_second", 200))
-    server.api_key = parsed.get("api_key")
+    server.api_key, server.admin_api_key = parsed.get("api_key"), parsed.get("admin_api_key")
+    try:
+        server.routes = route_auth_levels(site)
+    except (OSError, SyntaxError, ValueError) as error:
+        sys.stderr.write("lab-server: the installed sglang's routes and their auth levels: %s\n" % error)
+        return 2
     server.speculative = bool(parsed.get("speculative_algorithm"))
     server.accept_length = accept_length(parsed, site)
     server.streams, server.lock = 0, threading.Lock()

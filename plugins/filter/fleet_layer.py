@@ -56,6 +56,7 @@ _value:
 import difflib
 import glob
 import importlib.util
+import ipaddress
 import os
 
 import yaml
@@ -262,7 +263,7 @@ MOVED = {
 SET_AT_RUN_TIME = frozenset({
     "cuda_toolkit_driver_version", "cuda_toolkit_home", "cuda_toolkit_installed", "cuda_toolkit_version",
     "flash_attn_action", "flash_attn_build_key", "flash_attn_version_installed",
-    "fleet_monitoring_status", "fleet_run_started",
+    "fleet_monitoring_status", "fleet_open_listeners", "fleet_run_started",
     "gpu_preflight_cuda_archs", "gpu_preflight_cuda_driver_version", "gpu_preflight_driver_version",
     "gpu_preflight_gpu_count", "gpu_preflight_gpus", "gpu_preflight_kernel_module",
     "gpu_preflight_nvidia_modprobe_path", "gpu_preflight_p2p",
@@ -331,10 +332,48 @@ def _nearest(name, known):
     return None
 
 
+def _loopback(address):
+    """Whether a listener on `address` is reached from this host alone: 127.0.0.0/8, ::1 or localhost. Any
+    other address, a name or 0.0.0.0/:: serves other hosts."""
+    text = str(address or "").strip().strip("[]")
+    if text.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+def _router_key(found, hostvars):
+    """The key a router asks of its clients: its own sglang_router_api_key, else (the router role's
+    default) the one its workers' first host requires."""
+    if "sglang_router_api_key" in found:
+        return found["sglang_router_api_key"]
+    workers = (found.get("groups") or {}).get(found.get("sglang_router_worker_group") or "gpu_nodes") or []
+    return (hostvars[workers[0]].get("sglang_server_api_key") if workers and workers[0] in hostvars else "") or ""
+
+
+def fleet_open_listeners(host, hostvars):
+    """The API listeners of `host` that other hosts reach and that ask no key: a server (a gpu_nodes host)
+    whose fleet_server_host is off loopback with an empty sglang_server_api_key, a router (an sglang_routers
+    host) whose fleet_router_host is with an empty key. Each says where it listens and which setting is empty."""
+    settings, found = fleet_settings(host, hostvars), _vars(hostvars, host)
+    groups = found.get("group_names") or []
+    listeners = []
+    if "gpu_nodes" in groups and not _loopback(settings["fleet_server_host"]) and not found.get("sglang_server_api_key"):
+        listeners.append("the server listens on %s:%s (fleet_server_host) with no sglang_server_api_key"
+                     % (settings["fleet_server_host"], settings["fleet_server_port"]))
+    if "sglang_routers" in groups and not _loopback(settings["fleet_router_host"]) and not _router_key(found, hostvars):
+        listeners.append("the router listens on %s:%s (fleet_router_host) with no sglang_router_api_key (nor its "
+                     "workers' sglang_server_api_key)" % (settings["fleet_router_host"], settings["fleet_router_port"]))
+    return listeners
+
+
 def fleet_problems(host, hostvars):
     """What cannot work on `host`: a setting the fleet layer holds now still set under its old name, a
     setting no role takes (a misspelt one), a pin of what is installed from outside that pins nothing
-    (PINS), a port out of range, two of the fleet's listeners on one port
+    (PINS), an API that other hosts reach with no key (unless fleet_allow_open_listeners), a port out of
+    range, two of the fleet's listeners on one port
     (a GPU host may run a router too), or an nvidia-smi that is not an absolute path (the gpu-init unit
     and the GPU collector's unit run it outside any PATH the preflight saw)."""
     settings = fleet_settings(host, hostvars)
@@ -344,6 +383,9 @@ def fleet_problems(host, hostvars):
     problems += unknown_settings(found)
     problems += supply_chain_pin_problems({name: (found[name] if name in found else default)
                                            for name, default in pin_defaults().items()})
+    if not _bool(settings["fleet_allow_open_listeners"]):
+        problems += ["%s: anyone who reaches it may use it; set the key (vault it), listen on 127.0.0.1, or accept "
+                     "it with fleet_allow_open_listeners: true" % listener for listener in fleet_open_listeners(host, hostvars)]
     owner = {}
     if not str(settings["fleet_nvidia_smi"]).startswith("/"):
         problems.append("fleet_nvidia_smi is %r, not an absolute path (say /usr/bin/nvidia-smi)"
@@ -427,7 +469,8 @@ def fleet_slice_problems(host, hostvars, groups):
 
 class FilterModule(object):
     def filters(self):
-        return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_units": fleet_units, "fleet_settings": fleet_settings,
-                "fleet_problems": fleet_problems, "fleet_pip_environment": fleet_pip_environment,
+        return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_units": fleet_units,
+                "fleet_settings": fleet_settings, "fleet_problems": fleet_problems,
+                "fleet_open_listeners": fleet_open_listeners, "fleet_pip_environment": fleet_pip_environment,
                 "fleet_slice": fleet_slice, "fleet_slice_problems": fleet_slice_problems,
                 "fleet_whole_problems": fleet_whole_problems}

@@ -126,6 +126,29 @@ def test_the_api_key_reaches_sglang_through_its_config_file_only(tmp_path, monke
     assert merged == ["--api-key", key]
 
 
+def test_the_admin_key_reaches_sglang_beside_the_client_key_in_its_config_file_only(tmp_path, monkeypatch,
+                                                                                   upstream_sglang):
+    key, admin = "client-k3y", 'adm1n-k3y with "quotes" and : colon'
+    unit = render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_api_key=key,
+                  sglang_server_admin_api_key=admin)["gpu-node-01"]
+    assert "k3y" not in unit and "--admin-api-key" not in unit and "--api-key" not in unit
+    assert exec_start(unit)[-2:] == ["--config", "/etc/sglang/sglang.yaml"]
+    sys.path.insert(0, str(upstream_sglang / "sglang/srt"))
+    try:
+        from server_args_config_parser import ConfigArgumentMerger
+    finally:
+        sys.path.pop(0)
+    config = tmp_path / "sglang.yaml"
+    config.write_text((tmp_path / "gpu-node-01.yaml").read_text())
+    merged = ConfigArgumentMerger(boolean_actions=[]).merge_config_with_args(["--config", str(config)])
+    assert dict(zip(merged[::2], merged[1::2])) == {"--api-key": key, "--admin-api-key": admin} and len(merged) == 4
+    # An admin key alone still gets its --config file (sglang then asks no key of the client routes).
+    (tmp_path / "alone").mkdir()
+    alone = render(tmp_path / "alone", monkeypatch, ["gpu-node-01"], sglang_server_admin_api_key=admin)["gpu-node-01"]
+    assert exec_start(alone)[-2:] == ["--config", "/etc/sglang/sglang.yaml"]
+    assert list(json.loads((tmp_path / "alone/gpu-node-01.yaml").read_text())) == ["admin-api-key"]
+
+
 def test_the_unit_allows_every_nvidia_node_of_a_real_driver_580_host(tmp_path, monkeypatch):
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"])["gpu-node-01"]
     proc_devices = (H200 / "proc-devices.txt").read_text()

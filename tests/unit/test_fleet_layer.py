@@ -222,3 +222,49 @@ def test_no_moved_name_is_a_setting_any_role_still_has():
         defined |= set(yaml.safe_load(defaults.read_text()) or {})
     assert not defined & set(fleet_layer.MOVED), defined & set(fleet_layer.MOVED)
     assert set(fleet_layer.MOVED.values()) <= set(fleet_defaults())
+
+
+OPEN_FLEET = {
+    "gpu-1": {"group_names": ["gpu_nodes"], "fleet_server_host": "0.0.0.0"},
+    "gpu-2": {"group_names": ["gpu_nodes"], "fleet_server_host": "10.0.0.2", "sglang_server_api_key": "k"},
+    "gpu-3": {"group_names": ["gpu_nodes"], "fleet_server_host": "127.0.3.1"},   # the lab's namespaces
+    "gpu-4": {"group_names": ["gpu_nodes"], "fleet_server_host": "::1"},
+    "gpu-5": {"group_names": ["gpu_nodes"], "fleet_server_host": "gpu-5.example.com", "fleet_router_host": "0.0.0.0"},
+    "gw": {"group_names": ["sglang_routers"], "fleet_router_host": "0.0.0.0",
+           "groups": {"gpu_nodes": ["gpu-2", "gpu-1"], "sglang_routers": ["gw"]}},
+    "gw-alone": {"group_names": ["sglang_routers"], "fleet_router_host": "[::]", "groups": {"gpu_nodes": ["gpu-1"]}},
+}
+
+
+def test_a_server_or_router_other_hosts_reach_with_no_key_is_refused_naming_the_setting():
+    assert fleet_problems("gpu-1", OPEN_FLEET) == [
+        "the server listens on 0.0.0.0:30000 (fleet_server_host) with no sglang_server_api_key: anyone who reaches "
+        "it may use it; set the key (vault it), listen on 127.0.0.1, or accept it with fleet_allow_open_listeners: true"]
+    assert "gpu-5.example.com:30000 (fleet_server_host)" in fleet_problems("gpu-5", OPEN_FLEET)[0]
+    # A router with no key of its own asks the key of its workers' first host, as the router role does.
+    assert fleet_problems("gw", OPEN_FLEET) == []
+    (refused,) = fleet_problems("gw-alone", OPEN_FLEET)
+    assert refused.startswith("the router listens on [::]:30090 (fleet_router_host) with no sglang_router_api_key")
+    assert fleet_problems("gw-alone", dict(OPEN_FLEET, **{"gw-alone": dict(
+        OPEN_FLEET["gw-alone"], sglang_router_api_key="r")})) == []
+    # Before any change: the fleet role's checks (the first stage of every run) assert this list is empty.
+    checks = yaml.safe_load((ROOT / "roles/fleet/tasks/checks.yml").read_text())
+    assert "fleet_problems(hostvars)" in checks[0]["vars"]["__fleet_problems"]
+
+
+def test_a_key_loopback_or_no_such_listener_on_the_host_passes():
+    for host in ("gpu-2", "gpu-3", "gpu-4"):
+        assert fleet_problems(host, OPEN_FLEET) == [], host
+    # gpu-5's fleet_router_host is off loopback, but it is no router: it listens there for nothing.
+    assert [p for p in fleet_problems("gpu-5", OPEN_FLEET) if "router" in p] == []
+    assert fleet_problems("box", {"box": {"fleet_server_host": "localhost", "group_names": ["gpu_nodes"]}}) == []
+
+
+def test_the_opt_out_lets_it_through_and_names_each_open_listener():
+    accepted = {name: dict(found, fleet_allow_open_listeners=True) for name, found in OPEN_FLEET.items()}
+    assert fleet_problems("gpu-1", accepted) == fleet_problems("gw-alone", accepted) == []
+    assert fleet_layer.fleet_open_listeners("gpu-1", accepted) == [
+        "the server listens on 0.0.0.0:30000 (fleet_server_host) with no sglang_server_api_key"]
+    assert fleet_layer.fleet_open_listeners("gpu-2", accepted) == []
+    # As the inventory writes it ("yes", "true") too.
+    assert fleet_problems("gpu-1", {"gpu-1": dict(OPEN_FLEET["gpu-1"], fleet_allow_open_listeners="yes")}) == []

@@ -211,3 +211,12 @@ def test_a_worker_out_under_a_drain_lease_says_whose_and_until_when():
     assert ("  i router-1: worker http://10.0.0.2:30000 (gpu-2) out: failed its gate in run ops@ctl "
             "2026-12-01T11:00:00Z (gpu-1); lease until 1970-01-01T00:17:15Z, not healed (the operator decides)"
             ) in lines
+
+
+def test_an_open_listener_the_inventory_accepted_is_named():
+    listener = "the server listens on 0.0.0.0:30000 (fleet_server_host) with no sglang_server_api_key"
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "gpu-1": HostResult(ok=80, facts=dict(FACTS, fleet_open_listeners=[listener])),
+        "gpu-2": HostResult(ok=80, facts=FACTS)}))
+    assert "  ! gpu-1: %s (fleet_allow_open_listeners)" % listener in text.splitlines()
+    assert "gpu-2: the server" not in text
