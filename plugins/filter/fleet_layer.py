@@ -264,6 +264,8 @@ SET_AT_RUN_TIME = frozenset({
     "cuda_toolkit_driver_version", "cuda_toolkit_home", "cuda_toolkit_installed", "cuda_toolkit_version",
     "flash_attn_action", "flash_attn_build_key", "flash_attn_version_installed",
     "fleet_monitoring_status", "fleet_open_listeners", "fleet_run_started",
+    "gpu_acceptance_burned", "gpu_acceptance_failures", "gpu_acceptance_fingerprint", "gpu_acceptance_measured",
+    "gpu_acceptance_passed", "gpu_acceptance_warnings",
     "gpu_preflight_cuda_archs", "gpu_preflight_cuda_driver_version", "gpu_preflight_driver_version",
     "gpu_preflight_gpu_count", "gpu_preflight_gpus", "gpu_preflight_kernel_module",
     "gpu_preflight_nvidia_modprobe_path", "gpu_preflight_p2p",
