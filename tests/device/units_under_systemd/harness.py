@@ -289,9 +289,11 @@ def prepare_host(found, unit, carry, record):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
         os.chown(os.path.join(home, sub), entry.pw_uid, entry.pw_gid)
     LIB.mkdir(parents=True, exist_ok=True)
-    for name in ("workload.py", "workload_triton.py"):
-        shutil.copy(HERE / name, LIB / name)
-        os.chmod(LIB / name, 0o644)
+    # The workload, and what its fusion step imports: the graph timing and the role's self-test.
+    for source in (HERE / "workload.py", HERE / "workload_triton.py", ROOT / "tests/device/fusion_graph_timing.py",
+                   ROOT / "roles/sglang_server/files/fusion_selftest.py"):
+        shutil.copy(source, LIB / source.name)
+        os.chmod(LIB / source.name, 0o644)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     # The role's venv holds the ninja wheel (sglang and flashinfer require it); this host's may not.
     venv_bin = Path(found["python"]).parent

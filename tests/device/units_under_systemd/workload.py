@@ -42,6 +42,7 @@ GROUPS = [
     ("ipc", ["cuda_ipc_two_processes"], 180),
     ("host", ["spawn_unix_socket", "tcp_loopback", "set_ulimit"], 90),
     ("smi", ["nvidia_smi", "nvidia_smi_on_path"], 60),
+    ("fusion", ["fusion_graph_timing"], 180),
 ]
 STEPS = [step for _, steps, _ in GROUPS for step in steps]
 # Findings, not steps: torch's CUDA IPC of an expandable segment imports the peer's memory with
@@ -313,6 +314,20 @@ def step_cuda_graphs(ctx):
         graph.replay()
     _sync()
     return {"replay_us": round((time.perf_counter() - start) / 100 * 1e6, 1)}
+
+
+def step_fusion_graph_timing(ctx):
+    """The fusion self-test's graph timing (tests/device/fusion_graph_timing.py, which the harness puts
+    beside this file with the role's fusion_selftest.py) in this process's sandbox: what exists of it at
+    world size 1, the unfused norm path captured in CUDA graphs and replayed, timed by the self-test's code."""
+    sys.path.insert(0, HERE)
+    import fusion_graph_timing
+    out = os.path.join(ctx.cache, "fusion-graph")
+    fusion_graph_timing.main(out)
+    with open(os.path.join(out, "fusion-graph-timing.json")) as handle:
+        found = json.load(handle)
+    assert found["shapes"] and all(s["unfused_us"] > 0 for s in found["shapes"]), found
+    return found
 
 
 def step_triton_jit(ctx):
