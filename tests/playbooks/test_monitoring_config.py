@@ -126,6 +126,8 @@ def test_the_stage_does_nothing_without_the_group_monitoring(tmp_path):
 
 def test_site_yml_ends_with_the_monitoring_stage():
     stages = yaml.safe_load((ROOT / "site.yml").read_text())
-    assert stages[-1] == {"name": "Monitoring", "ansible.builtin.import_playbook": "playbooks/monitoring.yml"}
+    # The last stage; after it only the play that leaves the fleet run lock.
+    assert stages[-2:] == [{"name": "Monitoring", "ansible.builtin.import_playbook": "playbooks/monitoring.yml"},
+                           {"name": "Run unlock", "ansible.builtin.import_playbook": "playbooks/run_unlock.yml"}]
     plays = yaml.safe_load((ROOT / "playbooks/monitoring.yml").read_text())
     assert [(p["hosts"], p["tags"]) for p in plays] == [("gpu_nodes", ["monitoring"]), ("monitoring", ["monitoring"])]

@@ -59,8 +59,10 @@ def test_every_pin_of_sglang_0_5_9_is_met_with_a_cuda_13_build_where_one_exists(
         assert versions[name].local == "cu130", (name, versions[name])
         assert requirements[name].specifier.contains(versions[name], prereleases=True), (name, versions[name])
     assert raw["torch"] == ["torch==2.9.1+cu130", "torchvision==0.24.1+cu130", "torchaudio==2.9.1+cu130"]
+    # The pinned sha256 rides as the fragment pip checks (sglang_sgl_kernel_wheel_sha256 is required).
     assert raw["sgl_kernel_url"] == ("https://github.com/sgl-project/whl/releases/download/v0.3.21/"
-                                     "sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl")
+                                     "sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl"
+                                     "#sha256=4be1313f82808f0fb6df8107e79f6b6cea07a4aa2b20139e0342eafe31eb28bd")
     # Every other exact pin is either in the plan at a version it allows, or left to pip (PyPI has
     # one build of it), or the one CUDA 12 pin sglang forces.
     for name, req in requirements.items():
