@@ -46,7 +46,8 @@ _FINGERPRINT = re.compile(r"^(?:[0-9A-F]{40}|[0-9A-F]{64})$")
 _BEGIN = "-----BEGIN PGP PUBLIC KEY BLOCK-----"
 _END = "-----END PGP PUBLIC KEY BLOCK-----"
 # RFC 9580: public key and public subkey packets.
-_PUBLIC_KEY, _PUBLIC_SUBKEY = 6, 14
+_PUBLIC_KEY = 6
+_PUBLIC_SUBKEY = 14
 
 
 def sha256_problem(value, setting):

@@ -35,6 +35,15 @@ options:
     description: Seconds to wait for each answer.
     type: int
     default: 30
+attributes:
+  check_mode:
+    support: full
+    description: It asks two read-only questions and changes nothing.
+  diff_mode:
+    support: none
+    description: It returns no diff.
+author:
+  - sglang-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
