@@ -64,7 +64,7 @@ author:
 EXAMPLES = r"""
 - name: This run holds the fleet run lock
   fleet_run_lock:
-    path: /var/lib/sglang-fleet/run.lock
+    path: /var/lib/sglang-fleet/run-lock/run.lock
     run: "{{ fleet_run_id }}"
     holder: {controller: ctl-1, pid: 4242, user: ops}
     live_pids: [4242]

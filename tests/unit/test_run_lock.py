@@ -71,3 +71,13 @@ def test_check_mode_refuses_as_the_run_would_and_writes_nothing(tmp_path):
         acquire(path, "run-b", ME, 600, live_pids=[100], check_mode=True, now=1001)
     assert release(path, "run-a", ELSEWHERE, check_mode=True) == (True, None)
     assert sorted(p.name for p in (tmp_path / "locks").iterdir()) == before and (tmp_path / "locks/run.lock").exists()
+
+
+def test_the_lock_s_own_directory_is_root_only_and_the_one_above_it_is_left_to_the_stages(tmp_path):
+    """The stages' state directory holds what the service user reads (the fusion self-test's cache): the
+    lock makes only its own directory 0700, never the one above it."""
+    path = str(tmp_path / "sglang-fleet" / "run-lock" / "run.lock")
+    acquire(path, "run-a", ME, 600, live_pids=[100], now=1000)
+    assert (tmp_path / "sglang-fleet" / "run-lock").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "sglang-fleet").stat().st_mode & 0o055 == 0o055  # others may still traverse and read it
+    assert (tmp_path / "sglang-fleet" / "run-lock" / "run.lock").stat().st_mode & 0o777 == 0o600
