@@ -21,7 +21,19 @@ def _speedup(selftest):
             [int(s["tokens"]) for s in shapes])
 
 
-def fusion_decision(switch, selftest=None, min_speedup=1.05, speculative=False, tp=1, capture=None, capture_guard=True):
+def model_speedup(per_point, fused_points, unfused_points):
+    """The speedup of the model as served: of its `fused_points` all-reduce + norm points, `unfused_points`
+    (the layers EAGLE-3 captures, where patch 7 runs the unfused path) keep the unfused time, the others
+    gain `per_point`. Time unfused F*t, fused (F-C)*t/s + C*t: the ratio is F / ((F-C)/s + C)."""
+    fused_points, unfused_points = int(fused_points), int(unfused_points)
+    if per_point is None or fused_points <= 0:
+        return per_point
+    unfused_points = min(max(unfused_points, 0), fused_points)
+    return round(fused_points / ((fused_points - unfused_points) / float(per_point) + unfused_points), 2)
+
+
+def fusion_decision(switch, selftest=None, min_speedup=1.05, speculative=False, tp=1, capture=None, capture_guard=True,
+                    fused_points=0, captured_layers=0):
     """{enabled, switch, selftest, speedup, min_speedup, cause, reason, refusal}.
 
     switch: on / off / auto (sglang_server_allreduce_fusion).
@@ -30,6 +42,9 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, speculative=False, 
       (sglang_server_fusion_decode_batches); the slowest of them decides.
     capture: the probe's status of the EAGLE-3 capture patch on the install to serve (None: not probed).
     capture_guard: false serves fusion whatever the capture (the bench's fusion A/B measures the defect so).
+    fused_points, captured_layers: the model's all-reduce + norm points and, under EAGLE-3, the layers it
+      captures, which run unfused (patch 7): the self-test's per-point speedup is scaled to the model as
+      served (model_speedup), and that decides. 0 fused points: the per-point speedup decides.
     refusal: non-empty when `on` cannot be honoured; the role fails the host with it before the unit changes.
     """
     if switch not in ("on", "off", "auto"):
@@ -38,8 +53,15 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, speculative=False, 
         raise AnsibleFilterError("fusion_decision: min_speedup must be a positive number, not %r" % (min_speedup,))
     status = (selftest or {}).get("status", "not run")
     speedup, decode_tokens = _speedup(selftest)
+    unfused = int(captured_layers) if speculative else 0
+    served = model_speedup(speedup, fused_points, unfused)
+    # The model as served, in words, where it differs from the per-point figure's meaning.
+    as_served = (" (%.2fx for the model as served: %d of %d fused points, %d EAGLE-3 capture layer(s) unfused)"
+                 % (served, int(fused_points) - unfused, int(fused_points), unfused)
+                 if served is not None and int(fused_points) > 0 else "")
     # cause: what decided it, for the fleet report to word (tools/fleet.py); reason: the run output's sentence.
-    decision = {"switch": switch, "selftest": status, "speedup": speedup, "min_speedup": float(min_speedup),
+    decision = {"switch": switch, "selftest": status, "speedup": speedup, "model_speedup": served,
+                "min_speedup": float(min_speedup),
                 "enabled": False, "cause": "", "reason": "", "refusal": ""}
 
     # Where systemd does not run the host, the self-test ran outside the server's sandbox: say so.
@@ -68,10 +90,12 @@ def fusion_decision(switch, selftest=None, min_speedup=1.05, speculative=False, 
         return off("selftest", "self-test %s: %s" % (status, selftest.get("reason", "")))
     if speedup is None:
         return off("no-timings", "self-test pass, but it timed none of the decode sizes that weigh")
-    if speedup < min_speedup:
+    if served < min_speedup:
         return off("slower", "self-test pass, not faster: %.2fx at decode (%s tokens), %.2fx needed "
-                   "(sglang_server_fusion_min_speedup)" % (speedup, ", ".join(map(str, decode_tokens)), min_speedup))
-    return dict(decision, enabled=True, cause="faster", reason="self-test pass, %.2fx faster at decode%s" % (speedup, outside))
+                   "(sglang_server_fusion_min_speedup)%s" % (speedup, ", ".join(map(str, decode_tokens)), min_speedup,
+                                                             as_served))
+    return dict(decision, enabled=True, cause="faster",
+                reason="self-test pass, %.2fx faster at decode%s%s" % (speedup, as_served, outside))
 
 
 class FilterModule:

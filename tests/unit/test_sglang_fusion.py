@@ -96,3 +96,24 @@ def test_a_verdict_from_outside_the_sandbox_says_so_in_the_reason():
     inside = {"sandboxed": True, "why": "ran as a transient unit under the server unit's sandbox"}
     assert fusion_decision("auto", {"status": "pass", "shapes": shapes, "sandbox": inside})["reason"] == \
         "self-test pass, 2.00x faster at decode"
+
+
+def test_the_gain_is_stated_for_the_model_as_served_and_that_decides():
+    """Kimi-K2.5: 61 layers, 121 all-reduce + norm points; under EAGLE-3 the 3 captured layers run unfused."""
+    from sglang_fusion import model_speedup
+    assert model_speedup(1.20, 121, 3) == round(121 / (118 / 1.20 + 3), 2) == 1.19
+    assert model_speedup(1.20, 121, 0) == 1.20 and model_speedup(1.20, 0, 3) == 1.20 and model_speedup(None, 121, 3) is None
+    shapes = {"status": "pass", "shapes": [{"tokens": 4, "weighs": True, "fused_us": 10.0, "unfused_us": 10.6}]}
+    per_point = fusion_decision("auto", shapes, 1.05, speculative=True, tp=8, capture="applied")
+    assert per_point["enabled"] and per_point["speedup"] == 1.06 and per_point["model_speedup"] == 1.06
+    # Most of a model's points captured (a small model, many capture layers): 1.06x per point is not 1.05x served.
+    few = fusion_decision("auto", shapes, 1.05, speculative=True, tp=8, capture="applied", fused_points=7, captured_layers=3)
+    assert not few["enabled"] and few["cause"] == "slower" and few["model_speedup"] == 1.03
+    assert few["reason"].endswith("(1.03x for the model as served: 4 of 7 fused points, 3 EAGLE-3 capture layer(s) unfused)")
+    kimi = fusion_decision("auto", shapes, 1.05, speculative=True, tp=8, capture="applied", fused_points=121, captured_layers=3)
+    assert kimi["enabled"] and kimi["reason"] == (
+        "self-test pass, 1.06x faster at decode (1.06x for the model as served: 118 of 121 fused points, "
+        "3 EAGLE-3 capture layer(s) unfused)")
+    # Without EAGLE-3 nothing is captured: every point fuses.
+    plain = fusion_decision("auto", shapes, 1.05, speculative=False, tp=8, fused_points=7, captured_layers=3)
+    assert plain["enabled"] and plain["model_speedup"] == 1.06
