@@ -75,9 +75,13 @@ def sglang_rollout_units(hosts, hostvars, groups):
 
 def sglang_rollout_hosts(hosts, hostvars, groups):
     """The hosts of I(hosts) whose plan put them in the rollout (C(__sglang_server_rollout)), unit by
-    unit: the order the rollout play takes them in, so that its batches hold whole groups."""
+    unit: the order the rollout play takes them in, so that its batches hold whole groups. The units that
+    are out of service now go first: each comes back before a serving one leaves (sglang_rollout_waves)."""
     rolling = [host for host in hosts if (hostvars[host] if host in hostvars else {}).get("__sglang_server_rollout")]
-    return [rank for unit in sglang_rollout_units(rolling, hostvars, groups) for rank in unit["ranks"]]
+    units = sglang_rollout_units(rolling, hostvars, groups)
+    out = set(sglang_rollout_out(units, hostvars))
+    ordered = [unit for unit in units if unit["name"] in out] + [unit for unit in units if unit["name"] not in out]
+    return [rank for unit in ordered for rank in unit["ranks"]]
 
 
 def _batch_size(spec, total):
@@ -117,35 +121,41 @@ def _floor(min_in_service, fleet_units):
 def sglang_rollout_waves(units, fleet_units, min_in_service, out=(), serial=()):
     """The rollout's waves, as host counts for the play's `serial`, under a floor of units in service.
 
-    `units` restart (rollout order); the fleet has `fleet_units` units behind its routers, of which the
+    `units` restart, in rollout order (sglang_rollout_hosts puts the units that are out first: each
+    comes back before another leaves); the fleet has `fleet_units` units behind its routers, of which the
     units named in `out` are out of service now (down, or out of a router). The first wave is one unit
-    alone, the canary; every later wave takes as many units as the fleet can lose while
-    `min_in_service` (a count, or a percentage of the fleet rounded down) stay in service, capped by
-    `serial` (an optional list of counts or percentages of the restarting hosts, its last entry
-    repeating). A unit already out costs nothing to restart. A floor no restart fits under (every unit
-    must stay in) fails, naming the numbers; a one-unit fleet has no floor to hold (its restart is an
-    outage, as any restart of a lone server is)."""
+    alone, the canary; every later wave takes as many serving units as the fleet can lose while
+    `min_in_service` (a count, or a percentage of the fleet rounded down) stay in service, counting the
+    units still out, capped by `serial` (an optional list of counts or percentages of the restarting
+    hosts, its last entry repeating). A unit already out costs nothing to restart, and is back in
+    service after its wave. A plan whose next serving unit fits under no wave fails before any restart,
+    naming the numbers; a one-unit fleet has no floor to hold (its restart is an outage, as any restart
+    of a lone server is)."""
     units = list(units)
     if not units:
         return []
     fleet_units = max(int(fleet_units), len(units))
     out = set(out)
     floor = _floor(min_in_service, fleet_units)
-    in_service = fleet_units - len(out)
-    spare = in_service - floor  # units that may be out at once, beyond those already out
-    if fleet_units > 1 and spare < 1 and any(unit["name"] not in out for unit in units):
-        raise AnsibleFilterError(
-            "fleet_min_in_service %s keeps %d of the fleet's %d units in service, and %d serve now (%d out): no "
-            "unit that serves can restart. Lower the floor, or bring the units that are out back first"
-            % (min_in_service, floor, fleet_units, in_service, len(out)))
-    spare = max(spare, 1)
+    # Out for the whole rollout: units out now that this rollout does not restart.
+    stays_out = len(out - {unit["name"] for unit in units})
+    pending = {unit["name"] for unit in units if unit["name"] in out}  # out now, back after their wave
     serial = [entry for entry in (serial if isinstance(serial, (list, tuple)) else [serial]) if str(entry).strip()]
     total_hosts = sum(len(unit["ranks"]) for unit in units)
     waves, queue, index = [], list(units), 0
     while queue:
-        # The canary restarts alone; then as many serving units as the floor spares, plus any already out.
+        # What this wave may take out of service beyond the units that are out during it anyway.
+        spare = fleet_units - floor - stays_out - len(pending)
+        if fleet_units > 1 and queue[0]["name"] not in out and spare < 1:
+            serve = fleet_units - stays_out - len(pending)
+            raise AnsibleFilterError(
+                "fleet_min_in_service %s keeps %d of the fleet's %d units in service, and %d serve now (%d out): "
+                "no unit that serves can restart. Lower the floor, or bring the units that are out back first"
+                % (min_in_service, floor, fleet_units, serve, fleet_units - serve))
+        spare = max(spare, 1)
         cap = _batch_size(serial[min(index, len(serial) - 1)], total_hosts) if serial else 0
         wave, serving = [], 0
+        # The canary restarts alone; then as many serving units as the floor spares, with any that are out.
         while queue and not (waves == [] and wave):
             unit = queue[0]
             costs = unit["name"] not in out
@@ -154,6 +164,7 @@ def sglang_rollout_waves(units, fleet_units, min_in_service, out=(), serial=()):
                 break
             wave.append(queue.pop(0))
             serving += costs
+        pending -= {unit["name"] for unit in wave}
         waves.append(sum(len(unit["ranks"]) for unit in wave))
         index += 1
     return waves

@@ -69,16 +69,17 @@ def test_the_server_rolls_the_canary_alone_then_what_the_fleet_s_floor_spares(tm
     assert [len(b) for b in batches(tmp_path, monkeypatch, eight, {}, {"fleet_min_in_service": 7})] == [1] * 8
 
 
-def test_a_server_out_of_a_router_counts_against_the_floor(tmp_path, monkeypatch):
-    """n5 is out of its router now (the plan's check pass would put it back): 3 of 5 must stay in, 4
-    serve, so one serving host at a time; n5 itself costs nothing and rides with the first wave after
-    the canary."""
+def test_a_server_out_of_a_router_goes_first_and_counts_against_the_floor(tmp_path, monkeypatch):
+    """n5 is out of its router now (the plan's check pass would put it back): it rolls first, as the
+    canary, costing nothing; once it is back, 3 of 5 must stay in and 2 may go at a time. A floor of all
+    five spares no serving host: refused before any restart."""
     out = {"__sglang_server_routers_in": {"results": [{"item": "router", "changed": True}]}}
     hosts = ["n1", "n2", "n3", "n4", "n5"]
-    assert batches(tmp_path, monkeypatch, hosts, {}, host_vars={"n5": out}) == [
-        ["n1"], ["n2"], ["n3"], ["n4", "n5"]]
-    with pytest.raises(AssertionError, match="keeps 4 of the fleet's 5 units in service, and 4 serve now"):
-        batches(tmp_path, monkeypatch, hosts, {}, {"fleet_min_in_service": 4}, host_vars={"n5": out})
+    # (batches() lists them by host; n5's wave is the first the play runs: the planner's order, unit-tested)
+    assert sorted(batches(tmp_path, monkeypatch, hosts, {}, host_vars={"n5": out})) == [
+        ["n1", "n2"], ["n3", "n4"], ["n5"]]
+    with pytest.raises(AssertionError, match="keeps 5 of the fleet's 5 units in service, and 5 serve now"):
+        batches(tmp_path, monkeypatch, hosts, {}, {"fleet_min_in_service": 5}, host_vars={"n5": out})
 
 
 def test_only_the_hosts_that_change_roll_and_the_whole_fleet_sets_their_floor(tmp_path, monkeypatch):

@@ -19,8 +19,9 @@ def units(count, group_every=0):
 
 
 def replay(plan, waves, fleet_units, out=()):
-    """Units out of service at each wave's height: those out before, plus the wave's serving units."""
-    queue, worst = list(plan), []
+    """Units out of service at each wave's height: those out and not yet restarted (a unit out that a
+    wave restarts is back after it), plus the wave's serving units."""
+    queue, worst, still_out = list(plan), [], set(out)
     for size in waves:
         wave, hosts = [], 0
         while hosts < size:
@@ -28,7 +29,8 @@ def replay(plan, waves, fleet_units, out=()):
             wave.append(unit)
             hosts += len(unit["ranks"])
         assert hosts == size, "a wave split a unit"
-        worst.append(len(set(out)) + sum(1 for unit in wave if unit["name"] not in set(out)))
+        worst.append(len(still_out) + sum(1 for unit in wave if unit["name"] not in set(out)))
+        still_out -= {unit["name"] for unit in wave}
     assert not queue
     return worst
 
@@ -75,10 +77,16 @@ def test_units_already_out_cost_nothing_and_the_floor_counts_them():
     # g1 and g2 are down: 4 serve; the floor of 4 spares nothing for a serving unit.
     with pytest.raises(AnsibleFilterError, match=r"keeps 4 of the fleet's 6 units in service, and 4 serve now \(2 out\)"):
         sglang_rollout_waves(plan, 6, 4, out={"g1", "g2"})
-    # A floor of 3 spares one: the down units ride along with the serving one of each wave.
+    # A floor of 3 spares one while two are out: the down units ride along, and once they are back
+    # the floor spares three.
     waves = sglang_rollout_waves(plan, 6, 3, out={"g1", "g2"})
-    assert waves == [1, 3, 1, 1]
+    assert waves == [1, 3, 2]
     assert max(replay(plan, waves, 6, out={"g1", "g2"})) <= 3
+    # Out first, as the rollout orders them: each comes back before a serving unit leaves, and the floor
+    # of 4 that refused above is kept all the way.
+    first = [plan[1], plan[2], plan[0], plan[3], plan[4], plan[5]]
+    waves = sglang_rollout_waves(first, 6, 4, out={"g1", "g2"})
+    assert waves == [1, 2, 2, 1] and max(replay(first, waves, 6, out={"g1", "g2"})) <= 2
     # Only units that are out restart: nothing that serves goes out, whatever the floor.
     assert sglang_rollout_waves(units(2), 6, 6, out={"g0", "g1"}) == [1, 1]
 
@@ -100,3 +108,19 @@ def test_the_fleet_s_units_are_counted_over_the_whole_fleet_in_a_slice_too():
     assert fleet_units("g1", {"g1": {"fleet_gpu_nodes": whole}}, {"gpu_nodes": ["g1"]}) == 4
     hostvars = {"g1": {}, "t1a": {"sglang_server_multinode_group": "t1"}, "t1b": {"sglang_server_multinode_group": "t1"}}
     assert fleet_units("g1", hostvars, {"gpu_nodes": ["g1", "t1a", "t1b"], "t1": ["t1a", "t1b"]}) == 2
+
+
+def test_a_two_unit_fleet_with_one_out_brings_it_back_then_restarts_the_other():
+    """As a failed gate leaves a fleet of two: the unit out (its fix rolling out) comes back first."""
+    plan = units(2)
+    assert sglang_rollout_waves(plan, 2, "75%", out={"g0"}) == [1, 1]
+    with pytest.raises(AnsibleFilterError, match="keeps 1 of the fleet's 2 units in service, and 1 serve now"):
+        sglang_rollout_waves(list(reversed(plan)), 2, "75%", out={"g0"})
+
+
+def test_the_rollout_takes_the_units_that_are_out_first():
+    from sglang_rollout import sglang_rollout_hosts
+    out = {"__sglang_server_routers_in": {"results": [{"item": "router", "changed": True}]}}
+    hostvars = {h: {"__sglang_server_rollout": True} for h in ("a", "b", "c")}
+    hostvars["c"].update(out)
+    assert sglang_rollout_hosts(["a", "b", "c"], hostvars, {}) == ["c", "a", "b"]

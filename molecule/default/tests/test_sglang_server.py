@@ -371,7 +371,7 @@ def test_off_runs_no_self_test_and_no_flag(host):
         run = run_playbook(SERVER, INVENTORY, limit=NODES[0], extravars={"sglang_server_allreduce_fusion": "off"})
         assert run.rc == 0, run.failure_summary
         assert fusion_facts(run) == {"enabled": False, "switch": "off", "selftest": "not run", "speedup": None,
-                                     "min_speedup": 1.05, "cause": "switched-off", "refusal": "",
+                                     "model_speedup": None, "min_speedup": 1.05, "cause": "switched-off", "refusal": "",
                                      "reason": "switched off (sglang_server_allreduce_fusion: off)"}
         assert "--enable-flashinfer-allreduce-fusion" not in node.file(UNIT).content_string
     finally:
