@@ -84,6 +84,19 @@ def site_packages(tmp_path):
     return make
 
 
+@pytest.fixture(scope="module")
+def lab_server():
+    """The lab's sglang server fixture (files/lab/sglang_lab_server.py), loaded as a module: a script, not
+    on any import path; it imports the flag lint the way the lab node installs it."""
+    import importlib
+    import importlib.util
+    sys.modules.setdefault("sglang_fleet_lab_args", importlib.import_module("ansible.module_utils.sglang_args"))
+    spec = importlib.util.spec_from_file_location("sglang_lab_server", ROOT / "files/lab/sglang_lab_server.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def upstream_sglang():
     """The real sglang wheel at the pinned version, extracted (read only)."""

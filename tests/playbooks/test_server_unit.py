@@ -108,6 +108,16 @@ def test_a_multi_node_group_gets_ranks_and_the_first_host_as_rendezvous(tmp_path
         assert argv[argv.index("--dist-init-addr") + 1] == "gpu-a:20000"
 
 
+def sglang_reads_config(upstream_sglang, config):
+    """The command-line words sglang 0.5.9's own --config reader makes of the file the role writes."""
+    sys.path.insert(0, str(upstream_sglang / "sglang/srt"))
+    try:
+        from server_args_config_parser import ConfigArgumentMerger
+    finally:
+        sys.path.pop(0)
+    return ConfigArgumentMerger(boolean_actions=[]).merge_config_with_args(["--config", str(config)])
+
+
 def test_the_api_key_reaches_sglang_through_its_config_file_only(tmp_path, monkeypatch, upstream_sglang):
     key = 'k3y-with "quotes", $dollar and : colon'
     unit = render(tmp_path, monkeypatch, ["gpu-node-01"], sglang_server_api_key=key)["gpu-node-01"]
@@ -115,14 +125,7 @@ def test_the_api_key_reaches_sglang_through_its_config_file_only(tmp_path, monke
     argv = exec_start(unit)
     assert argv[-2:] == ["--config", "/etc/sglang/sglang.yaml"]
     # sglang 0.5.9's own --config reader turns the file the role writes into --api-key KEY.
-    sys.path.insert(0, str(upstream_sglang / "sglang/srt"))
-    try:
-        from server_args_config_parser import ConfigArgumentMerger
-    finally:
-        sys.path.pop(0)
-    config = tmp_path / "sglang.yaml"
-    config.write_text((tmp_path / "gpu-node-01.yaml").read_text())
-    merged = ConfigArgumentMerger(boolean_actions=[]).merge_config_with_args(["--config", str(config)])
+    merged = sglang_reads_config(upstream_sglang, tmp_path / "gpu-node-01.yaml")
     assert merged == ["--api-key", key]
 
 
@@ -133,14 +136,7 @@ def test_the_admin_key_reaches_sglang_beside_the_client_key_in_its_config_file_o
                   sglang_server_admin_api_key=admin)["gpu-node-01"]
     assert "k3y" not in unit and "--admin-api-key" not in unit and "--api-key" not in unit
     assert exec_start(unit)[-2:] == ["--config", "/etc/sglang/sglang.yaml"]
-    sys.path.insert(0, str(upstream_sglang / "sglang/srt"))
-    try:
-        from server_args_config_parser import ConfigArgumentMerger
-    finally:
-        sys.path.pop(0)
-    config = tmp_path / "sglang.yaml"
-    config.write_text((tmp_path / "gpu-node-01.yaml").read_text())
-    merged = ConfigArgumentMerger(boolean_actions=[]).merge_config_with_args(["--config", str(config)])
+    merged = sglang_reads_config(upstream_sglang, tmp_path / "gpu-node-01.yaml")
     assert dict(zip(merged[::2], merged[1::2])) == {"--api-key": key, "--admin-api-key": admin} and len(merged) == 4
     # An admin key alone still gets its --config file (sglang then asks no key of the client routes).
     (tmp_path / "alone").mkdir()

@@ -11,16 +11,6 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT
-
-
-@pytest.fixture(scope="module")
-def lab_server():
-    sys.modules.setdefault("sglang_fleet_lab_args", importlib.import_module("ansible.module_utils.sglang_args"))
-    spec = importlib.util.spec_from_file_location("sglang_lab_server", ROOT / "files/lab/sglang_lab_server.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture

@@ -1,26 +1,15 @@
 """The lab server fixture's /metrics (files/lab/sglang_lab_server.py): sglang 0.5.9's own names, help
 texts, buckets and labels, read from the real wheel's sources, in an exposition that promtool accepts
 and whose values follow the requests a user sends."""
-import importlib.util
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT, labels_dict_keys
+from conftest import labels_dict_keys
 
 MODEL = "/models/nvidia/Kimi-K2.5-NVFP4"
-
-
-@pytest.fixture(scope="module")
-def lab_server():
-    sys.modules.setdefault("sglang_fleet_lab_args", importlib.import_module("ansible.module_utils.sglang_args"))
-    spec = importlib.util.spec_from_file_location("sglang_lab_server", ROOT / "files/lab/sglang_lab_server.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def samples(text):
