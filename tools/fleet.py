@@ -26,6 +26,8 @@ from pathlib import Path
 import ansible_runner
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "plugins/filter"))
+from sglang_quality import MEASURES, shown  # noqa: E402 (the quality gate's measures, one home)
 # Facts set by the roles for the roles after them; the report shows these.
 FACT_PREFIXES = ("gpu_preflight_", "cuda_toolkit_", "flash_attn_", "sglang_", "fleet_monitoring_")
 COLLECTION_PLAYBOOK = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
@@ -387,6 +389,34 @@ def describe_server_lease(lease: dict) -> str:
                                                % lease.get("until_utc"))
 
 
+def describe_quality_gate(host: str, gate: dict) -> list[str]:
+    """The canary's verdict: a heading, then baseline and canary side by side, one measure per row."""
+    against = ("against the baseline of install %s (recorded %s)" % (gate.get("baseline_install"),
+                                                                       gate.get("baseline_recorded"))
+               if gate.get("baseline_install") else "with no baseline yet (the accuracy floor alone)")
+    lines = ["  %s %s: quality gate of install %s %s: %s" % (
+        "i" if gate.get("passed") else "!", host, gate.get("install"), against,
+        "passed" if gate.get("passed") else "FAILED, " + "; ".join(gate.get("failures") or []))]
+    rows = [("MEASURE", "BASELINE", "CANARY", "LIMIT", "")]
+    for row in gate.get("rows") or []:
+        measure = row["measure"]
+        better = "higher" if measure == "accuracy floor" else MEASURES.get(measure, {}).get("better")
+        limit = ("" if row.get("limit") is None
+                 else ("≥ " if better == "higher" else "≤ ") + shown(measure, row["limit"]))
+        rows.append((measure, shown(measure, row.get("baseline")), shown(measure, row.get("canary")), limit,
+                     {True: "ok", False: "WORSE"}.get(row.get("ok"), "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += ["      " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    return lines
+
+
+def describe_quality(measures: dict) -> str:
+    """One eval's measures in a line."""
+    return ", ".join("%s %s" % (name, shown(name, measures.get(name))) for name in
+                     ("accuracy", "decode_tok_s", "ttft_ms", "itl_ms", "accept_length", "eval_seconds")
+                     if measures.get(name) is not None)
+
+
 def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
              "MODELS", "FUSION", "ACCEPT", "SERVER")]
@@ -423,6 +453,17 @@ def report(run: PlaybookRun) -> str:
             for path, why in (model.get("problems") or {}).items():
                 lines.append("  i %s: %s: %s was %s; fetched again%s" % (
                     host, model["repo_id"], path, why, " from " + model["from"] if model.get("from") else ""))
+        if r.facts.get("sglang_quality_canary"):
+            lines += describe_quality_gate(host, r.facts["sglang_quality_canary"])
+        result = r.facts.get("sglang_quality_result")
+        if result:
+            lines.append("  i %s: quality eval of install %s: %s" % (host, result.get("install"),
+                                                                   describe_quality(result.get("measures") or {})))
+        baseline = r.facts.get("sglang_quality_baseline")
+        if baseline:
+            lines.append("  i quality baseline of %s now install %s, the median of %s: %s" % (
+                baseline.get("model"), ", ".join(baseline.get("installs") or []), ", ".join(baseline.get("hosts") or []),
+                describe_quality(baseline.get("measures") or {})))
         group = r.facts.get("sglang_server_group") or {}
         if group and group.get("rank") == 0:
             lines.append("  i %s: one server of %d ranks, %s; its gate and the routers talk to rank 0 only"

@@ -272,6 +272,7 @@ SET_AT_RUN_TIME = frozenset({
     "sglang_bench_fusion_flags", "sglang_bench_results", "sglang_bench_settings", "sglang_bench_simulated_numbers",
     "sglang_changed", "sglang_install_id", "sglang_python", "sglang_site_packages", "sglang_venv_dir",
     "sglang_model_report", "sglang_patches_changed", "sglang_patches_report",
+    "sglang_quality_baseline", "sglang_quality_canary", "sglang_quality_result",
     "sglang_router_leases", "sglang_router_state", "sglang_router_workers",
     "sglang_server_fusion", "sglang_server_group", "sglang_server_intent", "sglang_server_leases",
     "sglang_server_rollout_batches", "sglang_server_rollout_units", "sglang_server_router_state",

@@ -1,0 +1,153 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The quality gate: whether what a host serves now answers as well as, and as fast as, the fleet's baseline.
+
+The canary (the rollout's first unit, restarted alone) runs the eval (roles/sglang_quality/files/quality_eval.py)
+and passes only when its accuracy is at least the floor and no measure is worse than the baseline by more
+than that measure's tolerance. The baseline is a record per model and install, kept on the fleet's lock host;
+the model's current baseline is the install that last passed (a canary, or --tags quality over the fleet).
+The role runs these functions; tools/fleet.py says their rows in words.
+"""
+from __future__ import annotations
+
+import statistics
+
+# Every measure the gate compares: which way is better, how its tolerance is counted, and its unit.
+# accuracy: absolute points (a slice of a few hundred questions moves by whole points between runs of
+# different hardware, never by a percentage of itself); the speeds: a percentage of the baseline.
+MEASURES = {
+    "accuracy": {"better": "higher", "tolerance": "points", "unit": "%"},
+    "decode_tok_s": {"better": "higher", "tolerance": "percent", "unit": "tok/s"},
+    "ttft_ms": {"better": "lower", "tolerance": "percent", "unit": "ms"},
+    "itl_ms": {"better": "lower", "tolerance": "percent", "unit": "ms"},
+    "accept_length": {"better": "higher", "tolerance": "percent", "unit": ""},
+}
+# What the report shows beside them, never gated, with their units: how long the eval took, one stream's speed.
+SHOWN = {"eval_seconds": "s", "single_stream_tok_s": "tok/s"}
+
+
+def _number(value):
+    try:
+        return None if value is None or value == "" else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _limit(measure, baseline, tolerance):
+    spec = MEASURES[measure]
+    if spec["tolerance"] == "points":
+        step = tolerance / 100.0
+    else:
+        step = abs(baseline) * tolerance / 100.0
+    return baseline - step if spec["better"] == "higher" else baseline + step
+
+
+def verdict(measures, baseline=None, min_accuracy=0.0, tolerances=None):
+    """{passed, rows, failures} for one eval's `measures` against the `baseline` record (None: none yet, so
+    only the accuracy floor applies). Each row: measure, baseline, canary, limit, ok. A measure the canary
+    lacks fails where the baseline has it (the drafter that reported an accept length is gone); one that
+    neither has (EAGLE-3 off on both) is not compared."""
+    tolerances = tolerances or {}
+    baseline_measures = (baseline or {}).get("measures") or {}
+    rows, failures = [], []
+    accuracy = _number(measures.get("accuracy"))
+    floor = float(min_accuracy)
+    rows.append({"measure": "accuracy floor", "baseline": None, "canary": accuracy, "limit": floor,
+                 "ok": accuracy is not None and accuracy >= floor})
+    if not rows[-1]["ok"]:
+        failures.append("accuracy %s is below sglang_quality_min_accuracy %.1f%%"
+                        % ("missing" if accuracy is None else "%.1f%%" % (accuracy * 100), floor * 100))
+    for measure, spec in MEASURES.items():
+        base, now = _number(baseline_measures.get(measure)), _number(measures.get(measure))
+        if base is None:
+            if now is not None:
+                rows.append({"measure": measure, "baseline": None, "canary": now, "limit": None, "ok": True})
+            continue
+        if measure not in tolerances:
+            raise ValueError("no tolerance for %s in sglang_quality_tolerances" % measure)
+        limit = _limit(measure, base, float(tolerances[measure]))
+        ok = now is not None and (now >= limit if spec["better"] == "higher" else now <= limit)
+        rows.append({"measure": measure, "baseline": base, "canary": now, "limit": round(limit, 4), "ok": ok})
+        if not ok:
+            failures.append(_failure(measure, base, now, limit, tolerances[measure]))
+    for measure in SHOWN:
+        base, now = _number(baseline_measures.get(measure)), _number(measures.get(measure))
+        if base is not None or now is not None:
+            rows.append({"measure": measure, "baseline": base, "canary": now, "limit": None, "ok": None})
+    return {"passed": not failures, "rows": rows, "failures": failures,
+            "baseline_install": (baseline or {}).get("install"), "baseline_recorded": (baseline or {}).get("recorded")}
+
+
+def _failure(measure, base, now, limit, tolerance):
+    spec = MEASURES[measure]
+    if now is None:
+        return "%s: the baseline has %s, this install reports none" % (measure, shown(measure, base))
+    how = "points" if spec["tolerance"] == "points" else "%"
+    return "%s %s is %s than the baseline's %s by more than %s %s (limit %s)" % (
+        measure, shown(measure, now), "worse" if spec["better"] == "higher" and now < base
+        or spec["better"] == "lower" and now > base else "off", shown(measure, base), tolerance, how,
+        shown(measure, limit))
+
+
+def shown(measure, value):
+    """A measure's value as the report prints it."""
+    if value is None:
+        return "-"
+    if measure in ("accuracy", "accuracy floor"):
+        return "%.1f%%" % (value * 100)
+    unit = MEASURES[measure]["unit"] if measure in MEASURES else SHOWN.get(measure, "")
+    return ("%.2f" % value if abs(value) < 10 else "%.1f" % value) + (" " + unit if unit else "")
+
+
+def fleet_measures(results):
+    """The fleet's measures from each serving host's eval: the median of each measure over the hosts
+    that report it (one slow or unlucky host neither sets nor spoils the baseline)."""
+    merged = {}
+    for measure in list(MEASURES) + list(SHOWN):
+        values = [_number(r.get(measure)) for r in results if _number(r.get(measure)) is not None]
+        merged[measure] = round(statistics.median(values), 4) if values else None
+    return merged
+
+
+def baseline_of(store, model):
+    """The model's current baseline record in the store, or None."""
+    store = store or {}
+    install = (store.get("current") or {}).get(model)
+    return ((store.get("models") or {}).get(model) or {}).get(install) if install else None
+
+
+def baseline_record(store, model, install, measures, hosts, recorded, source, keep=5):
+    """The store with this install's record for the model made current. Older installs' records stay (the
+    report and a rollback can show them), the newest `keep` of them."""
+    store = dict(store or {})
+    models = {m: dict(records) for m, records in (store.get("models") or {}).items()}
+    records = models.setdefault(model, {})
+    records[install] = {"install": install, "measures": dict(measures), "hosts": sorted(hosts),
+                        "recorded": recorded, "source": source}
+    for old in sorted(records, key=lambda i: records[i].get("recorded") or "")[:-int(keep)]:
+        if old != install:
+            del records[old]
+    current = dict(store.get("current") or {})
+    current[model] = install
+    return {"models": models, "current": current}
+
+
+def baseline_refresh(store, model, results, recorded):
+    """The store after --tags quality measured the serving fleet: `results` is each host's
+    {host, install, measures}. Each install's record is the median of its hosts; the install most hosts
+    serve becomes current (a fleet caught mid-rollout keeps both records)."""
+    by_install = {}
+    for result in results or []:
+        by_install.setdefault(result["install"], []).append(result)
+    # Fewest hosts first: the last record written is the current one.
+    for install, hosts in sorted(by_install.items(), key=lambda item: (len(item[1]), item[0])):
+        store = baseline_record(store, model, install, fleet_measures([h["measures"] for h in hosts]),
+                                [h["host"] for h in hosts], recorded, "quality")
+    return store
+
+
+class FilterModule:
+    def filters(self):
+        return {"sglang_quality_verdict": verdict, "sglang_quality_fleet_measures": fleet_measures,
+                "sglang_quality_baseline_of": baseline_of, "sglang_quality_baseline_record": baseline_record,
+                "sglang_quality_baseline_refresh": baseline_refresh}
