@@ -390,21 +390,26 @@ def describe_server_lease(lease: dict) -> str:
 
 
 def describe_quality_gate(host: str, gate: dict) -> list[str]:
-    """The canary's verdict: a heading, then baseline and canary side by side, one measure per row."""
+    """The canary's verdict: a heading, then baseline and canary side by side, one measure per row (OF: whose
+    baseline, the model's or this host's own last eval)."""
     against = ("against the baseline of install %s (recorded %s)" % (gate.get("baseline_install"),
                                                                        gate.get("baseline_recorded"))
                if gate.get("baseline_install") else "with no baseline yet (the accuracy floor alone)")
+    if gate.get("host_baseline_install"):
+        against += " and this host's last eval (install %s, %s)" % (gate["host_baseline_install"],
+                                                                   gate.get("host_baseline_recorded"))
     lines = ["  %s %s: quality gate of install %s %s: %s" % (
         "i" if gate.get("passed") else "!", host, gate.get("install"), against,
         "passed" if gate.get("passed") else "FAILED, " + "; ".join(gate.get("failures") or []))]
-    rows = [("MEASURE", "BASELINE", "CANARY", "LIMIT", "")]
+    rows = [("MEASURE", "BASELINE", "OF", "CANARY", "LIMIT", "")]
     for row in gate.get("rows") or []:
         measure = row["measure"]
         better = "higher" if measure == "accuracy floor" else MEASURES.get(measure, {}).get("better")
         limit = ("" if row.get("limit") is None
                  else ("≥ " if better == "higher" else "≤ ") + shown(measure, row["limit"]))
-        rows.append((measure, shown(measure, row.get("baseline")), shown(measure, row.get("canary")), limit,
-                     {True: "ok", False: "WORSE"}.get(row.get("ok"), "")))
+        rows.append((measure, shown(measure, row.get("baseline")),
+                     {"model": "model", "host": "host"}.get(row.get("against"), "-"), shown(measure, row.get("canary")),
+                     limit, {True: "ok", False: "WORSE"}.get(row.get("ok"), "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["      " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     return lines
