@@ -3,7 +3,7 @@
 
     labctl.py image                 build the node image if its recipe changed (cached otherwise)
     labctl.py wheelhouse            fetch what the lab nodes pip install (sglang, flashinfer,
-                                    a CPU torch, the flash-attn sdist)
+                                    a CPU torch, the flash-attn sdist, sgl-eval)
     labctl.py aptrepo               build the signed CUDA apt mirror the lab nodes install from
     labctl.py up   [-i INVENTORY]   start one container per inventory host in the fleet's pod,
                                     let the lab's SSH key in, then provision the simulated
@@ -155,7 +155,8 @@ def build_sgl_kernel_wheel(dest: Path, version: str, tag: str, server_mode: str 
     name carries +<tag>, the METADATA a plain version (sglang issues #14327, #20953), so pip refuses
     it from an index and the role installs it by direct URL, as on a real host. No kernels inside.
     Byte-for-byte reproducible: its sha256 is pinned in inventory/lab/group_vars/all.yml.
-    server_mode makes a build the lab's server fixture obeys (a release that crashes on load)."""
+    server_mode makes a build the lab's server fixture obeys (a release that crashes on load, or
+    answers worse: KERNEL_MODES)."""
     import base64
     import zipfile
     name = f"sgl_kernel-{version}+{tag}-cp310-abi3-manylinux2014_x86_64.whl"
@@ -185,6 +186,23 @@ def build_sgl_kernel_wheel(dest: Path, version: str, tag: str, server_mode: str 
     return dest / name
 
 
+# The server fixture's modes that only an install can carry (files/lab/sglang_lab_server.py): a build of
+# sgl-kernel per mode, +<tag>.<mode> (a wheel file name's fields are split at "-": low-accept is spelled
+# low_accept there). crash fails the health gate; the others pass it and fail the quality gate.
+KERNEL_MODES = ("crash", "degraded", "slow", "low-accept")
+
+
+def mode_wheel_tag(tag: str, mode: str) -> str:
+    """The local version label of the sgl-kernel build that carries a server mode: cpu -> cpu.low_accept."""
+    return f"{tag}.{mode.replace('-', '_')}"
+
+
+def quality_packages() -> list[str]:
+    """What the quality gate's eval installs (pip requirement strings), at the sglang_quality role's pins."""
+    defaults = yaml.safe_load((ROOT / "roles/sglang_quality/defaults/main.yml").read_text())
+    return list(defaults["sglang_quality_packages"])
+
+
 def lab_torch() -> str:
     """The CPU torch the lab's sglang venvs get (inventory/lab/group_vars/all.yml)."""
     lab = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
@@ -194,14 +212,19 @@ def lab_torch() -> str:
 def fill_wheelhouse() -> list[Path]:
     """What the lab nodes install, at the roles' pins: the real sglang and flashinfer-python wheels,
     a CPU torch with its dependencies, flash-attn's source archive and its build requirements, what
-    bench_serving imports, and the real sglang-router with its dependencies."""
+    bench_serving imports, the real sglang-router and the quality gate's eval (sgl-eval) with their
+    dependencies, and the sgl-kernel stand-in with a build per server mode (KERNEL_MODES).
+
+    The downloads run again whenever the list of requirements differs from the one stamped in the
+    wheelhouse (.requirements): a pin moved, or a package added."""
     pins = yaml.safe_load((ROOT / "roles/sglang/defaults/main.yml").read_text())
     flash = yaml.safe_load((ROOT / "roles/flash_attn/defaults/main.yml").read_text())
     router = yaml.safe_load((ROOT / "roles/sglang_router/defaults/main.yml").read_text())
     stamp = WHEELHOUSE / ".requirements"
     lab = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
     requirements = [lab_torch(), *flash["flash_attn_build_requirements"], *flash["flash_attn_requirements"],
-                    *lab["sglang_bench_extra_packages"], "sglang-router==%s" % router["sglang_router_version"]]
+                    *lab["sglang_bench_extra_packages"], "sglang-router==%s" % router["sglang_router_version"],
+                    *quality_packages()]
     if not stamp.exists() or stamp.read_text().split("\n") != requirements:
         log("downloading " + ", ".join(requirements))
         # PyPI has no CPU builds of torch: pip's own configuration first, then PyTorch's CPU index.
@@ -209,10 +232,12 @@ def fill_wheelhouse() -> list[Path]:
             index = os.environ.get("LAB_TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
             pip_download(WHEELHOUSE, *requirements, deps=True, options=("--extra-index-url", index))
         stamp.write_text("\n".join(requirements))
-    return [build_sgl_kernel_wheel(WHEELHOUSE, pins["sglang_sgl_kernel_version"], lab["sglang_cuda_wheel_tag"]),
-            # A release that fails its health gate: the upgrade tests' rollback.
-            build_sgl_kernel_wheel(WHEELHOUSE, pins["sglang_sgl_kernel_version"],
-                                   lab["sglang_cuda_wheel_tag"] + ".crash", server_mode="crash"),
+    kernel, tag = pins["sglang_sgl_kernel_version"], lab["sglang_cuda_wheel_tag"]
+    return [build_sgl_kernel_wheel(WHEELHOUSE, kernel, tag),
+            # Releases that fail a gate: crash the health gate (the upgrade tests' rollback), the others
+            # the quality gate (the canary's).
+            *[build_sgl_kernel_wheel(WHEELHOUSE, kernel, mode_wheel_tag(tag, mode), server_mode=mode)
+              for mode in KERNEL_MODES],
             fetch_wheel("sglang", pins["sglang_version"], WHEELHOUSE),
             fetch_wheel("flashinfer-python", pins["sglang_flashinfer_version"], WHEELHOUSE),
             fetch_sdist("flash-attn", flash["flash_attn_version"], WHEELHOUSE)]
@@ -377,7 +402,7 @@ def provision_inputs(inventory: Path) -> str:
     """A digest of all that provision.yml reads: the playbook, the files it copies, the inventory's folder."""
     lab = ROOT / "files/lab"
     files = [lab / "provision.yml", lab / "nvidia-smi.py", lab / "sglang_lab_server.py", lab / "sglang_lab_fusion.py",
-             ROOT / "plugins/module_utils/sglang_args.py"]
+             ROOT / "plugins/module_utils/sglang_args.py", ROOT / "roles/sglang_quality/files/gsm8k/test.jsonl"]
     named = [(path.relative_to(ROOT), path) for path in files]
     # group_vars and host_vars are links in a generated inventory's folder: followed.
     folder = inventory.resolve().parent

@@ -27,10 +27,36 @@ waits at --dist-init-addr for every other rank before it loads and serves; a ran
 it (retrying, as torch's TCPStore client does) and then serves only a dummy /health; and a rank that
 loses a peer exits, as the NCCL watchdog ends the real processes.
 
-Behaviour comes from /etc/lab-gpu/server.json (written by files/lab/provision.yml):
-  mode: healthy | never-healthy | crash | garbage
+Behaviour comes from /etc/lab-gpu/server.json (written by files/lab/provision.yml; LAB_SERVER_CONFIG
+names another file):
+  mode: one of MODES (below); a lab sgl-kernel build's LAB_SERVER_MODE wins over it (labctl builds
+    one per mode that only an install can carry: +<tag>.crash, .degraded, .slow, .low_accept)
   startup_seconds: how long "loading the model" takes
   tokens_per_second: simulated decode speed of one stream, per host (for benchmarks)
+
+The modes, each what a test can make one node's install do:
+  healthy        answers right, at the configured speed
+  never-healthy  never finishes loading (/health answers 503)
+  crash          exits while loading
+  garbage        answers every prompt with the same garbage
+  degraded       answers DEGRADED_FRACTION of the GSM8K test questions wrong (the right answer + 1),
+                 the same questions every run (a hash of the question picks them); all else right,
+                 the known-answer question of the health gate too
+  slow           decodes at SLOW_FACTOR of tokens_per_second, every request, answers right
+  low-accept     reports EAGLE-3's accept length times LOW_ACCEPT_FACTOR (/get_server_info's
+                 internal_states, /metrics' spec_accept_length), answers right at the same speed:
+                 the accept length alone shows it, as a drafter that lost its capture would
+
+GSM8K: the published test set, /etc/lab-gpu/gsm8k-test.jsonl (LAB_SERVER_GSM8K names another file;
+none there, no GSM8K knowledge), read once at start. A prompt that holds one of its questions
+(whitespace aside; the last one in the prompt counts, as the question ends an eval's prompt) is
+answered with the set's own worked solution, calculator notes dropped, ending in
+\\boxed{<its #### answer, commas removed>}: what sgl-eval's gsm8k prompt asks for.
+
+A non-streaming answer is as long as its words plus the end-of-sequence token, cut at max_tokens
+(finish_reason "length", as a real server cuts it); that count is usage.completion_tokens and is
+decoded at the speed model's pace before the answer is sent. A streamed answer is max_tokens tokens
+(bench_serving asks for fixed output lengths).
 
 The speed model is a simulation, shaped like published figures for Kimi on 8x RTX PRO 6000: each
 stream slows a little as more run at once, and EAGLE-3 (when the command line asks for it) speeds
@@ -40,6 +66,7 @@ nothing about real hardware.
 """
 import ast
 import contextlib
+import hashlib
 import math
 import json
 import os
@@ -56,7 +83,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import sglang_fleet_lab_args as sglang_args
 
 CONFIG = os.environ.get("LAB_SERVER_CONFIG", "/etc/lab-gpu/server.json")
+GSM8K = os.environ.get("LAB_SERVER_GSM8K", "/etc/lab-gpu/gsm8k-test.jsonl")
 ANSWERS = {"17 + 25": "42"}
+GARBAGE = "\u00bf\u00bf\u00bf !!!! ####"
+MODES = ("healthy", "never-healthy", "crash", "garbage", "degraded", "slow", "low-accept")
+DEGRADED_FRACTION = 0.20   # of the GSM8K test questions that mode degraded answers wrong
+SLOW_FACTOR = 0.5          # of tokens_per_second that mode slow decodes at
+LOW_ACCEPT_FACTOR = 0.6    # of the EAGLE-3 accept length that mode low-accept reports
+QUESTION_KEY_WORDS = 6     # the words that index a GSM8K question (its first ones)
 
 
 def load_config():
@@ -97,13 +131,92 @@ def typed(value):
     return value
 
 
-def answer_for(prompt, mode):
+def degraded_pick(question):
+    """Whether mode degraded answers this GSM8K question wrong: the first 8 bytes of the sha256 of the
+    question (whitespace normalised), read as a fraction of 2**64, below DEGRADED_FRACTION. The same
+    questions every run and on every node: 268 of the 1,319 of the published test set (20.3 %)."""
+    digest = hashlib.sha256(" ".join(question.split()).encode()).digest()
+    return int.from_bytes(digest[:8], "big") < DEGRADED_FRACTION * 2 ** 64
+
+
+class Gsm8k:
+    """The GSM8K test questions, indexed by their first QUESTION_KEY_WORDS words, each with its worked
+    solution and final answer. find() walks the prompt's word starts from its end and looks each up:
+    a few dict lookups per word of the prompt, not a substring scan per question."""
+
+    def __init__(self, rows):
+        self.by_start = {}
+        for row in rows:
+            words = tuple(row["question"].split())
+            solution, _, answer = row["answer"].rpartition("####")
+            answer = answer.strip().replace(",", "")
+            worked = re.sub(r"<<[^>]*>>", "", solution).strip()
+            self.by_start.setdefault(words[:QUESTION_KEY_WORDS], []).append(
+                (words, worked, answer, degraded_pick(row["question"])))
+        self.key_lengths = sorted({len(key) for key in self.by_start}, reverse=True)
+
+    def __len__(self):
+        return sum(len(entries) for entries in self.by_start.values())
+
+    def find(self, prompt):
+        """(worked solution, answer, picked by degraded) of the last test question in the prompt, or None."""
+        words = prompt.split()
+        for start in range(len(words) - 1, -1, -1):
+            for length in self.key_lengths:
+                for question, worked, answer, picked in self.by_start.get(tuple(words[start:start + length]), ()):
+                    if tuple(words[start:start + len(question)]) == question:
+                        return worked, answer, picked
+        return None
+
+
+def load_gsm8k(path):
+    """The GSM8K index of the jsonl file at path (openai's format: question, answer "... #### 18"), or
+    an empty one where there is no file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return Gsm8k(json.loads(line) for line in handle if line.strip())
+    except FileNotFoundError:
+        return Gsm8k([])
+
+
+def wrong_answer(answer):
+    """Mode degraded's answer: the right one plus one (GSM8K's answers are integers)."""
+    return str(int(answer) + 1)
+
+
+def answer_for(prompt, mode, gsm8k=None):
     if mode == "garbage":
-        return "\u00bf\u00bf\u00bf !!!! ####"
+        return GARBAGE
     for question, answer in ANSWERS.items():
         if question in prompt:
             return answer
+    found = gsm8k.find(prompt) if gsm8k else None
+    if found:
+        worked, answer, picked = found
+        if mode == "degraded" and picked:
+            answer = wrong_answer(answer)
+        return "%s\nThe answer is \\boxed{%s}." % (worked, answer)
     return "This is the sglang-fleet lab server; lab numbers are simulated."
+
+
+def within_budget(text, max_tokens):
+    """(text, completion tokens, finish reason) of an answer decoded under max_tokens (None: no limit):
+    its words and the end-of-sequence token, cut at max_tokens as a real server cuts an answer."""
+    words = text.split()
+    if max_tokens is None or len(words) + 1 <= max_tokens:
+        return text, len(words) + 1, "stop"
+    return " ".join(words[:max_tokens]), max_tokens, "length"
+
+
+def decode_speed(config, mode):
+    """Tokens per second of one stream alone: the node's, halved (SLOW_FACTOR) in mode slow."""
+    speed = float(config.get("tokens_per_second", 200))
+    return speed * SLOW_FACTOR if mode == "slow" else speed
+
+
+def mode_accept_length(length, mode):
+    """The EAGLE-3 accept length a server reports: LOW_ACCEPT_FACTOR of its own in mode low-accept."""
+    return round(length * LOW_ACCEPT_FACTOR, 2) if mode == "low-accept" else length
 
 
 # --- /metrics: sglang 0.5.9's names, the lab's values ------------------------------------------------
@@ -402,33 +515,39 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length) or b"{}")
         if self.path == "/generate":
-            text = answer_for(str(request.get("text", "")), self.server.mode)
-            tokens = int((request.get("sampling_params") or {}).get("max_new_tokens") or 16)
-            with self.counted(len(str(request.get("text", "")).split()), tokens):
+            prompt = str(request.get("text", ""))
+            limit = (request.get("sampling_params") or {}).get("max_new_tokens")
+            text, tokens, finish = within_budget(answer_for(prompt, self.server.mode, self.server.gsm8k),
+                                                 None if limit is None else int(limit))
+            with self.counted(len(prompt.split()), tokens):
                 self.decode_at_once(tokens)
             return self.send_json(200, {"text": text, "meta_info": {"id": "lab", "completion_tokens": tokens,
-                                                                    "finish_reason": {"type": "stop"}}})
+                                                                    "finish_reason": {"type": finish}}})
         if self.path == "/v1/chat/completions":
             prompt = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
         elif self.path == "/v1/completions":
             prompt = str(request.get("prompt", ""))
         else:
             return self.send_json(404, {"error": "not found"})
-        text = answer_for(prompt, self.server.mode)
-        max_tokens = int(request.get("max_tokens") or 16)
-        with self.counted(len(prompt.split()), max_tokens):
-            self.complete(request, prompt, text, max_tokens)
+        text = answer_for(prompt, self.server.mode, self.server.gsm8k)
+        if request.get("stream"):
+            max_tokens = int(request.get("max_tokens") or 16)
+            with self.counted(len(prompt.split()), max_tokens):
+                self.stream_answer(max_tokens)
+            return None
+        limit = request.get("max_tokens")
+        text, tokens, finish = within_budget(text, None if limit is None else int(limit))
+        with self.counted(len(prompt.split()), tokens):
+            self.decode_at_once(tokens)
+        if self.path == "/v1/chat/completions":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish}
+        return self.send_json(200, {"id": "lab", "object": "completion", "model": self.server.model,
+                                    "choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
+                                                                    "completion_tokens": tokens}})
 
-    def complete(self, request, prompt, text, max_tokens):
-        if not request.get("stream"):
-            self.decode_at_once(max_tokens)
-            if self.path == "/v1/chat/completions":
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-            else:
-                choice = {"index": 0, "text": text, "finish_reason": "stop"}
-            return self.send_json(200, {"id": "lab", "object": "completion", "model": self.server.model,
-                                        "choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
-                                                                        "completion_tokens": max_tokens}})
+    def stream_answer(self, max_tokens):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -453,12 +572,13 @@ class Handler(BaseHTTPRequestHandler):
                 metrics.end(prompt_tokens, max_tokens)
 
     def decode_at_once(self, tokens):
-        """A whole answer at once: the simulated decode of its tokens (64 at most), timed token by token."""
-        shown = max(1, min(tokens, 64))
-        seconds = shown / self.server.tokens_per_second
-        time.sleep(seconds)
+        """A whole answer at once: the simulated decode of its tokens at the pace of one stream among the
+        requests in flight, timed token by token."""
+        tokens = max(1, tokens)
+        gap = 1.0 / stream_speed(self.server, self.server.in_flight)
+        time.sleep(tokens * gap)
         if self.server.metrics:
-            self.server.metrics.tokens(seconds / shown, [seconds / shown] * (shown - 1))
+            self.server.metrics.tokens(gap, [gap] * (tokens - 1))
 
     def stream(self, max_tokens):
         started = last = time.monotonic()
@@ -534,6 +654,16 @@ def accept_length(args, site):
     return round(good if not fused or capture_is_right(site) else 1 + 0.2 * steps, 2)
 
 
+def serving_settings(config, mode, args, site, gsm8k=None):
+    """What a server serves by, from the node's configuration, its mode and its command line: the
+    mode, its decode speed, whether it speculates, the accept length it reports, and the GSM8K test
+    set it knows (the file at gsm8k, else GSM8K)."""
+    return {"mode": mode, "tokens_per_second": decode_speed(config, mode),
+            "speculative": bool(args.get("speculative_algorithm")),
+            "accept_length": mode_accept_length(accept_length(args, site), mode),
+            "gsm8k": load_gsm8k(gsm8k or GSM8K)}
+
+
 def installed_mode(mode):
     """A lab sgl-kernel build may carry its own mode (labctl's crashing build): a release whose
     kernels fail to load, which only the install that holds it shows."""
@@ -553,6 +683,9 @@ def main(argv):
         return 2
     config = load_config()
     mode = installed_mode(config.get("mode", "healthy"))
+    if mode not in MODES:
+        sys.stderr.write("lab-server: unknown mode %r (one of %s)\n" % (mode, ", ".join(MODES)))
+        return 2
     if mode == "crash":
         sys.stderr.write("lab-server: simulated crash while loading the model\n")
         return 1
@@ -566,16 +699,19 @@ def main(argv):
     server.in_flight = 0
     server.ready = threading.Event()
     server.model = parsed.get("served_model_name") or parsed.get("model_path")
-    server.mode, server.args = mode, parsed
-    server.tokens_per_second = float(config.get("tokens_per_second", 200))
+    server.args = parsed
+    try:
+        for name, value in serving_settings(config, mode, parsed, site).items():
+            setattr(server, name, value)
+    except (OSError, ValueError, KeyError) as error:
+        sys.stderr.write("lab-server: %s: %s\n" % (GSM8K, error))
+        return 2
     server.api_key, server.admin_api_key = parsed.get("api_key"), parsed.get("admin_api_key")
     try:
         server.routes = route_auth_levels(site)
     except (OSError, SyntaxError, ValueError) as error:
         sys.stderr.write("lab-server: the installed sglang's routes and their auth levels: %s\n" % error)
         return 2
-    server.speculative = bool(parsed.get("speculative_algorithm"))
-    server.accept_length = accept_length(parsed, site)
     server.streams, server.lock = 0, threading.Lock()
     server.metrics = None
     if parsed.get("enable_metrics") and not server.dummy:
@@ -595,8 +731,8 @@ def main(argv):
             time.sleep(float(config.get("startup_seconds", 1)))
             server.ready.set()
         threading.Thread(target=load, daemon=True).start()
-    sys.stderr.write("lab-server: %s on %s:%d (mode %s%s)\n" % (
-        server.model, host, port, mode, ", rank %d of %d" % (rank, nnodes) if nnodes > 1 else ""))
+    sys.stderr.write("lab-server: %s on %s:%d (mode %s, %d GSM8K questions known%s)\n" % (
+        server.model, host, port, mode, len(server.gsm8k), ", rank %d of %d" % (rank, nnodes) if nnodes > 1 else ""))
     server.serve_forever()
     return 0
 

@@ -45,7 +45,8 @@ def test_the_same_lab_reached_from_another_clone_is_not_provisioned_again(lab, t
     labctl.provision_nodes(inventory)
     clone = tmp_path / "clone"
     for name in ("files/lab/provision.yml", "files/lab/nvidia-smi.py", "files/lab/sglang_lab_server.py",
-                 "files/lab/sglang_lab_fusion.py", "plugins/module_utils/sglang_args.py"):
+                 "files/lab/sglang_lab_fusion.py", "plugins/module_utils/sglang_args.py",
+                 "roles/sglang_quality/files/gsm8k/test.jsonl"):
         (clone / name).parent.mkdir(parents=True, exist_ok=True)
         (clone / name).write_bytes((labctl.ROOT / name).read_bytes())
     shutil.copytree(inventory.parent, clone / "fleet")
@@ -84,5 +85,22 @@ def test_a_failed_provisioning_is_tried_again_on_the_next_run(lab, monkeypatch):
     with pytest.raises(subprocess.CalledProcessError):
         labctl.provision_nodes(inventory)
     monkeypatch.setattr(labctl.subprocess, "run", lambda argv, **kw: runs.append(argv))
+    labctl.provision_nodes(inventory)
+    assert len(runs) == 2
+
+
+def test_a_changed_gsm8k_test_set_is_provisioned_again(lab, tmp_path, monkeypatch):
+    """provision.yml copies the quality gate's GSM8K file to every node: a changed one is an input."""
+    inventory, _, runs = lab
+    labctl.provision_nodes(inventory)
+    clone = tmp_path / "clone"
+    shutil.copytree(labctl.ROOT / "files/lab", clone / "files/lab")
+    shutil.copytree(labctl.ROOT / "plugins/module_utils", clone / "plugins/module_utils")
+    shutil.copytree(labctl.ROOT / "roles/sglang_quality/files", clone / "roles/sglang_quality/files")
+    monkeypatch.setattr(labctl, "ROOT", clone)
+    labctl.provision_nodes(inventory)
+    assert len(runs) == 1
+    with open(clone / "roles/sglang_quality/files/gsm8k/test.jsonl", "a") as handle:
+        handle.write('{"question": "What is 1 + 1?", "answer": "#### 2"}\n')
     labctl.provision_nodes(inventory)
     assert len(runs) == 2
