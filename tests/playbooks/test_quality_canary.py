@@ -75,9 +75,9 @@ def test_a_correct_install_passes_and_becomes_the_baseline_then_each_bad_mode_is
     assert measures["accuracy"] == 1.0 and measures["accept_length"] > 2 and measures["decode_tok_s"] > 0
     assert 0 < measures["itl_ms"] and 0 < measures["ttft_ms"]
     # The watch said how far the eval got while it ran.
-    watched = [res["msg"] for task, res in first.hosts["gpu-1"].results
-               if task == "The eval is watched until it ends" and "msg" in res]
-    assert watched and watched[-1].startswith("done, "), watched
+    (watch,) = [res for task, res in first.hosts["gpu-1"].results if task == "The eval is watched until it ends"]
+    rounds = [item["msg"] for item in watch["results"]]
+    assert rounds[-1].startswith("done, "), rounds
 
     second, store = run("healthy", "release-2")
     verdict = second.hosts["gpu-1"].facts["sglang_quality_canary"]
