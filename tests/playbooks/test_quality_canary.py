@@ -98,7 +98,8 @@ def test_a_correct_install_passes_and_becomes_the_baseline_then_each_bad_mode_is
         assert after == store, mode  # a failed canary is never the baseline
         rows = {row["measure"]: row for row in verdict["rows"]}
         if mode == "degraded":  # 13 of the 50 questions the seed draws are among the fifth it answers wrong
-            assert rows["accuracy"]["canary"] == 0.74 and rows["decode_tok_s"]["ok"]
+            # Its drafter is untouched (the speeds are timed, and a loaded CI machine moves them: not asserted).
+            assert rows["accuracy"]["canary"] == 0.74 and rows["accept_length"]["ok"]
         if mode == "slow":  # half the speed: every speed measure of this host, not its answers
             assert rows["itl_ms"]["ok"] is False and rows["accuracy"]["ok"]
             assert rows["decode_tok_s"]["canary"] < 0.6 * rows["decode_tok_s"]["baseline"]

@@ -59,9 +59,10 @@ def test_a_degraded_install_is_stopped_at_the_canary_rolled_back_and_the_other_h
     assert not gate["passed"] and gate["install"] == new and gate["baseline_install"] == serving
     assert gate["host_baseline_install"] == serving  # the canary's own last eval: what it replaces there
     rows = {row["measure"]: row for row in gate["rows"]}
-    # About a fifth of the answers wrong: below the floor and far below the baseline; the speeds are fine.
+    # About a fifth of the answers wrong: below the floor and far below the baseline; the drafter is fine (the
+    # speeds are timed, and a loaded CI machine moves them: their verdict is not asserted).
     assert rows["accuracy"]["baseline"] >= 0.97 and 0.7 <= rows["accuracy"]["canary"] <= 0.85
-    assert rows["accuracy"]["ok"] is False and rows["decode_tok_s"]["ok"] is True
+    assert rows["accuracy"]["ok"] is False and rows["accept_length"]["ok"] is True
     message = result.failures[-1]["msg"]
     assert message.startswith("%s: install %s failed its quality gate and was rolled back: serving the previous "
                               "install, %s, again" % (NODES[0], new, serving)), message
@@ -75,7 +76,7 @@ def test_a_degraded_install_is_stopped_at_the_canary_rolled_back_and_the_other_h
     assert lines[heading + 1].split() == ["MEASURE", "BASELINE", "OF", "CANARY", "LIMIT"]
     table = {line.split()[0]: line.split() for line in lines[heading + 2:heading + 10] if line.startswith("      ")}
     assert table["accuracy"][-1] == "WORSE" and table["accuracy"][2] == "model"
-    assert table["decode_tok_s"][-1] == "ok" and "host" in table["decode_tok_s"]
+    assert table["decode_tok_s"][-1] in ("ok", "WORSE") and "host" in table["decode_tok_s"]
 
     # The canary serves the install before it again; the other host never restarted, nor switched.
     assert current(first) == serving and current(second) == serving
