@@ -172,6 +172,27 @@ def test_a_rerun_starts_a_server_that_a_crash_loop_left_failed(host):
         assert run_server().rc == 0  # back to the converged unit
 
 
+def test_a_rollout_restarts_its_server_after_three_deliberate_restarts_within_the_hour(host):
+    """StartLimitBurst=3 an hour counts every start, not only systemd's own after a crash: a host changed
+    a fourth time within the hour had its restart refused ('start-limit-hit'), outside the gate, its new
+    install switched in and its server down. A rollout's restart is deliberate: the limit is for crash loops."""
+    node = nodes(host)[0]
+    node.check_output("systemctl reset-failed sglang && systemctl restart sglang && systemctl restart sglang"
+                      " && systemctl restart sglang")  # three starts in the window: systemd refuses a fourth
+    # A restart with no new unit (a daemon-reload forgets the count): here the key file rewritten, as an
+    # install switched in or a rotated key is.
+    node.check_output("touch /etc/sglang/sglang.yaml")
+    try:
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0])
+        assert run.rc == 0, run.failure_summary
+        assert "The server runs, restarted when its unit, environment, install or patches changed" \
+            in run.hosts[NODES[0]].changed_tasks
+        assert node.service("sglang").is_running
+        assert run.hosts[NODES[0]].facts["sglang_server_state"]["gate"] == "passed"
+    finally:
+        node.run("systemctl reset-failed sglang && systemctl start sglang")  # as it was, whatever happened
+
+
 def test_the_server_answers_the_known_answer_with_its_api_key(host):
     secret = "lab-secret-%s-4f9c" % NODES[0]
     body = json.dumps({"model": "/models/nvidia/Kimi-K2.5-NVFP4", "temperature": 0,

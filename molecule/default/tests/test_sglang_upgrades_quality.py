@@ -54,7 +54,8 @@ def test_a_degraded_install_is_stopped_at_the_canary_rolled_back_and_the_other_h
     run = run_playbook(SITE, INVENTORY, tags=STAGES, extravars=degraded)
     result = run.hosts[NODES[0]]
     new = result.facts["sglang_install_id"]
-    assert run.rc != 0 and result.failed == 1 and new != serving
+    assert run.rc != 0 and result.failed == 1 and new != serving, run.failure_summary
+    assert "sglang_quality_canary" in result.facts, (run.failure_summary, report(run))
     gate = result.facts["sglang_quality_canary"]
     assert not gate["passed"] and gate["install"] == new and gate["baseline_install"] == serving
     assert gate["host_baseline_install"] == serving  # the canary's own last eval: what it replaces there
