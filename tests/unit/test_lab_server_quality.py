@@ -1,7 +1,7 @@
 """The lab server's quality modes (files/lab/sglang_lab_server.py): it answers the published GSM8K test set
 as a model would, right when healthy, a stated fraction wrong when degraded, at half the speed when slow,
 with a lower EAGLE-3 accept length when low-accept; and sgl-eval, the harness the quality gate runs, scores
-it so (when a venv with sgl-eval 0.1.3 is at /tmp/evalvenv)."""
+it so (from the lab wheelhouse, in the venv the canary's playbook test keeps too)."""
 import json
 import os
 import random
@@ -24,7 +24,22 @@ PROMPT = "Solve the following math problem. Make sure to put the answer (and onl
 # The serving command line of the fleet's servers, as far as the accept length reads it.
 ARGS = {"model_path": MODEL, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
         "tensor_parallel_size": 8}
-EVAL_PYTHON = Path("/tmp/evalvenv/bin/python")
+WHEELHOUSE = ROOT / ".cache/lab-wheelhouse"
+EVAL_VENV = ROOT / ".cache/quality-canary-venv"  # tests/playbooks/test_quality_canary.py's, kept between runs
+
+
+@pytest.fixture(scope="module")
+def eval_python():
+    """A python with sgl-eval 0.1.3, installed as the quality role installs it, from the lab's wheelhouse."""
+    python = EVAL_VENV / "bin/python"
+    if subprocess.run([str(python), "-c", "import sgl_eval"], capture_output=True).returncode if python.exists() else 1:
+        if not any(WHEELHOUSE.glob("sgl_eval-0.1.3-*.whl")):
+            pytest.fail("the lab wheelhouse has no sgl-eval 0.1.3: run `python files/lab/labctl.py wheelhouse` "
+                        "(bin/test does)")
+        subprocess.run(["python3", "-m", "venv", str(EVAL_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
+                        "sgl-eval==0.1.3"], check=True, timeout=600)
+    return python
 
 
 def published_test_set():
@@ -214,9 +229,8 @@ sys.exit(args.func(args))
 """
 
 
-@pytest.mark.skipif(not EVAL_PYTHON.exists(), reason="no venv with sgl-eval 0.1.3 at /tmp/evalvenv")
 def test_sgl_eval_scores_the_healthy_server_right_and_the_degraded_one_at_its_stated_fraction(lab, lab_server,
-                                                                                              tmp_path):
+                                                                                              eval_python, tmp_path):
     sample = random.Random(0).sample(published_test_set(), 20)
     dataset = tmp_path / "gsm8k-slice.jsonl"
     dataset.write_text("".join(json.dumps({"problem": q, "expected_answer": a}) + "\n" for q, a in sample))
@@ -228,7 +242,7 @@ def test_sgl_eval_scores_the_healthy_server_right_and_the_degraded_one_at_its_st
         out = tmp_path / mode
         env = dict(os.environ, LAB_EVAL_API_KEY="lab-eval-key-45", NO_PROXY="127.0.0.1", no_proxy="127.0.0.1",
                    HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-        run = subprocess.run([str(EVAL_PYTHON), "-c", EVAL, "run", "gsm8k", "--base-url", server.url + "/v1",
+        run = subprocess.run([str(eval_python), "-c", EVAL, "run", "gsm8k", "--base-url", server.url + "/v1",
                               "--from-dataset", str(dataset), "--num-examples", "20", "--temperature", "0",
                               "--num-threads", "4", "--out-dir", str(out)],
                              capture_output=True, text=True, timeout=300, env=env)
