@@ -61,7 +61,8 @@ decoded at the speed model's pace before the answer is sent. A streamed answer i
 The speed model is a simulation, shaped like published figures for Kimi on 8x RTX PRO 6000: each
 stream slows a little as more run at once, and EAGLE-3 (when the command line asks for it) speeds
 a single stream up by about a quarter but costs throughput as concurrency grows (in the lab from
-about 3 streams on, where real fleets cross over much later). Lab numbers are simulated and say
+about 3 streams on, where real fleets cross over much later). The first token of every answer waits
+PREFILL_SECONDS more, its prompt's prefill. Lab numbers are simulated and say
 nothing about real hardware.
 """
 import ast
@@ -90,6 +91,10 @@ MODES = ("healthy", "never-healthy", "crash", "garbage", "degraded", "slow", "lo
 DEGRADED_FRACTION = 0.20   # of the GSM8K test questions that mode degraded answers wrong
 SLOW_FACTOR = 0.5          # of tokens_per_second that mode slow decodes at
 LOW_ACCEPT_FACTOR = 0.6    # of the EAGLE-3 accept length that mode low-accept reports
+# Every answer's first token waits for its prompt's prefill and a scheduler step, as a real server's does.
+# Without it the lab's time to first token was one decode step (about 4 ms), and a loaded CI machine's
+# scheduling jitter alone (2-3 ms) moved it by more than the quality gate's tolerance.
+PREFILL_SECONDS = 0.05
 QUESTION_KEY_WORDS = 6     # the words that index a GSM8K question (its first ones)
 
 
@@ -583,13 +588,14 @@ class Handler(BaseHTTPRequestHandler):
         requests in flight, timed token by token."""
         tokens = max(1, tokens)
         gap = 1.0 / stream_speed(self.server, self.server.in_flight)
-        time.sleep(tokens * gap)
+        time.sleep(PREFILL_SECONDS + tokens * gap)
         if self.server.metrics:
-            self.server.metrics.tokens(gap, [gap] * (tokens - 1))
+            self.server.metrics.tokens(PREFILL_SECONDS + gap, [gap] * (tokens - 1))
 
     def stream(self, max_tokens):
         started = last = time.monotonic()
         first, gaps = None, []
+        time.sleep(PREFILL_SECONDS)
         for i in range(max_tokens):
             time.sleep(1.0 / stream_speed(self.server, self.server.streams))
             now = time.monotonic()
