@@ -42,7 +42,8 @@ The modes, each what a test can make one node's install do:
   degraded       answers DEGRADED_FRACTION of the GSM8K test questions wrong (the right answer + 1),
                  the same questions every run (a hash of the question picks them); all else right,
                  the known-answer question of the health gate too
-  slow           decodes at SLOW_FACTOR of tokens_per_second, every request, answers right
+  slow           decodes at SLOW_FACTOR of tokens_per_second and prefills at SLOW_FACTOR of the
+                 speed, every request, answers right
   low-accept     reports EAGLE-3's accept length times LOW_ACCEPT_FACTOR (/get_server_info's
                  internal_states, /metrics' spec_accept_length), answers right at the same speed:
                  the accept length alone shows it, as a drafter that lost its capture would
@@ -62,7 +63,7 @@ The speed model is a simulation, shaped like published figures for Kimi on 8x RT
 stream slows a little as more run at once, and EAGLE-3 (when the command line asks for it) speeds
 a single stream up by about a quarter but costs throughput as concurrency grows (in the lab from
 about 3 streams on, where real fleets cross over much later). The first token of every answer waits
-PREFILL_SECONDS more, its prompt's prefill. Lab numbers are simulated and say
+PREFILL_SECONDS more (twice that in mode slow), its prompt's prefill. Lab numbers are simulated and say
 nothing about real hardware.
 """
 import ast
@@ -217,6 +218,11 @@ def decode_speed(config, mode):
     """Tokens per second of one stream alone: the node's, halved (SLOW_FACTOR) in mode slow."""
     speed = float(config.get("tokens_per_second", 200))
     return speed * SLOW_FACTOR if mode == "slow" else speed
+
+
+def prefill_seconds(mode):
+    """Seconds of a prompt's prefill before its first token: PREFILL_SECONDS, over SLOW_FACTOR in mode slow."""
+    return PREFILL_SECONDS / SLOW_FACTOR if mode == "slow" else PREFILL_SECONDS
 
 
 def mode_accept_length(length, mode):
@@ -588,14 +594,14 @@ class Handler(BaseHTTPRequestHandler):
         requests in flight, timed token by token."""
         tokens = max(1, tokens)
         gap = 1.0 / stream_speed(self.server, self.server.in_flight)
-        time.sleep(PREFILL_SECONDS + tokens * gap)
+        time.sleep(self.server.prefill_seconds + tokens * gap)
         if self.server.metrics:
-            self.server.metrics.tokens(PREFILL_SECONDS + gap, [gap] * (tokens - 1))
+            self.server.metrics.tokens(self.server.prefill_seconds + gap, [gap] * (tokens - 1))
 
     def stream(self, max_tokens):
         started = last = time.monotonic()
         first, gaps = None, []
-        time.sleep(PREFILL_SECONDS)
+        time.sleep(self.server.prefill_seconds)
         for i in range(max_tokens):
             time.sleep(1.0 / stream_speed(self.server, self.server.streams))
             now = time.monotonic()
@@ -621,6 +627,7 @@ class Server(ThreadingHTTPServer):
     # SYN and retry a second later, which a benchmark would read as the server's latency.
     request_queue_size = 256
     daemon_threads = True
+    prefill_seconds = PREFILL_SECONDS  # serving_settings' for the server's mode
 
 
 def merge_config(argv, site, flags):
@@ -669,9 +676,9 @@ def accept_length(args, site):
 
 def serving_settings(config, mode, args, site, gsm8k=None):
     """What a server serves by, from the node's configuration, its mode and its command line: the
-    mode, its decode speed, whether it speculates, the accept length it reports, and the GSM8K test
+    mode, its decode and prefill speeds, whether it speculates, the accept length it reports, and the GSM8K test
     set it knows (the file at gsm8k, else GSM8K)."""
-    return {"mode": mode, "tokens_per_second": decode_speed(config, mode),
+    return {"mode": mode, "tokens_per_second": decode_speed(config, mode), "prefill_seconds": prefill_seconds(mode),
             "speculative": bool(args.get("speculative_algorithm")),
             "accept_length": mode_accept_length(accept_length(args, site), mode),
             "gsm8k": load_gsm8k(gsm8k or GSM8K)}
