@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins/filter"))
 from sglang_quality import MEASURES, shown  # noqa: E402 (the quality gate's measures, one home)
 # Facts set by the roles for the roles after them; the report shows these.
-FACT_PREFIXES = ("gpu_preflight_", "cuda_toolkit_", "flash_attn_", "sglang_", "fleet_monitoring_")
+FACT_PREFIXES = ("gpu_preflight_", "gpu_acceptance_", "cuda_toolkit_", "flash_attn_", "sglang_", "fleet_monitoring_")
 COLLECTION_PLAYBOOK = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
 STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
 
@@ -324,6 +324,18 @@ def describe_accept(facts: dict) -> str:
     return "%.2f" % float(value) if value not in (None, "", "None") else "-"
 
 
+def describe_gpu_acceptance(facts: dict) -> str:
+    """The acceptance stage's verdict: "pass (measured now)", "pass (record)", "FAIL: <checks>", or "-"."""
+    passed = facts.get("gpu_acceptance_passed")
+    if passed in (None, "", "None"):
+        return "-"
+    if passed in (True, "True", "true"):
+        burned = facts.get("gpu_acceptance_burned") in (True, "True", "true")
+        return "pass (%s)" % ("measured now" if burned else "record")
+    checks = sorted({str(f.get("check")) for f in facts.get("gpu_acceptance_failures") or []})
+    return "FAIL: %s" % ", ".join(checks)
+
+
 def describe_monitoring(status: dict) -> str:
     """'Prometheus http://…:9090: 5 of 6 targets up (down: node lab-gpu-2)' from the monitoring stage."""
     targets = status.get("targets") or []
@@ -424,7 +436,7 @@ def describe_quality(measures: dict) -> str:
 
 def report(run: PlaybookRun) -> str:
     rows = [("HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG", "FLASH-ATTN", "PATCHES",
-             "MODELS", "FUSION", "ACCEPT", "SERVER")]
+             "MODELS", "GPU-ACCEPTANCE", "FUSION", "ACCEPT", "SERVER")]
     # The controller's own plays (the rollout plan, the bench report) get a row only when they fail.
     hosts = {h: r for h, r in run.hosts.items() if h != "localhost" or r.failed or r.unreachable}
     for host, r in hosts.items():
@@ -432,7 +444,8 @@ def report(run: PlaybookRun) -> str:
         rows.append((host, str(r.ok), str(r.changed), str(r.failed + r.unreachable), describe_gpus(f),
                      str(f.get("gpu_preflight_cuda_archs", "-")), str(f.get("gpu_preflight_driver_version", "-")),
                      str(f.get("cuda_toolkit_version", f.get("gpu_preflight_cuda_driver_version", "-"))),
-                     str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_fusion(f), describe_accept(f),
+                     str(f.get("sglang_install_id") or describe_patches(f)[0]), describe_flash_attn(f), describe_patches(f)[1], describe_models(f), describe_gpu_acceptance(f), describe_fusion(f),
+                     describe_accept(f),
                      # the verify stage's finding, when it ran, says more than the health gate's
                      str(f.get("sglang_verify_status") or (describe_server(f) if f.get("sglang_server_state") else
                                                            describe_router(f["sglang_router_state"])

@@ -402,7 +402,8 @@ def provision_inputs(inventory: Path) -> str:
     """A digest of all that provision.yml reads: the playbook, the files it copies, the inventory's folder."""
     lab = ROOT / "files/lab"
     files = [lab / "provision.yml", lab / "nvidia-smi.py", lab / "sglang_lab_server.py", lab / "sglang_lab_fusion.py",
-             ROOT / "plugins/module_utils/sglang_args.py", ROOT / "roles/sglang_quality/files/gsm8k/test.jsonl"]
+             lab / "sglang_lab_acceptance.py", ROOT / "plugins/module_utils/sglang_args.py",
+             ROOT / "roles/sglang_quality/files/gsm8k/test.jsonl"]
     named = [(path.relative_to(ROOT), path) for path in files]
     # group_vars and host_vars are links in a generated inventory's folder: followed.
     folder = inventory.resolve().parent

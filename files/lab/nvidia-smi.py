@@ -54,6 +54,14 @@ SENSORS = {
     "remapped_rows.uncorrectable": ("remapped_rows.uncorrectable", "", "0"),
     "remapped_rows.pending": ("remapped_rows.pending", "", "No"),
     "remapped_rows.failure": ("remapped_rows.failure", "", "No"),
+    # The acceptance stage's health read (roles/gpu_acceptance/files/gpu_acceptance.py). The lab's links
+    # stay at Gen5 x16 idle or not (a real GPU drops its link's generation when idle).
+    "persistence_mode": ("persistence_mode", "", "Enabled"),
+    "pcie.link.gen.current": ("pcie.link.gen.current", "", "5"),
+    "pcie.link.gen.gpucurrent": ("pcie.link.gen.gpucurrent", "", "5"),
+    "pcie.link.gen.max": ("pcie.link.gen.max", "", "5"),
+    "pcie.link.width.current": ("pcie.link.width.current", "", "16"),
+    "pcie.link.width.max": ("pcie.link.width.max", "", "16"),
 }
 
 

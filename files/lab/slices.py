@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # 1. A slicing that splits the group: the rollout's tags, in two slices.
         split = awx_sliced_inventories(inventory, GPUS + [ROUTER], 2, JOBS / (PREFIX + "split"), inventory_vars)
-        runs = [run_playbook(ROOT / "site.yml", part, tags="cuda,sglang,flash_attn,patches,server") for part in split]
+        rollout = "cuda,sglang,flash_attn,patches,acceptance,server"
+        runs = [run_playbook(ROOT / "site.yml", part, tags=rollout) for part in split]
         refused = [f["msg"] for run in runs for r in run.hosts.values() for f in r.failures]
         check("the split group is refused, before any change",
               all(run.rc != 0 and run.changed == 0 for run in runs)

@@ -185,6 +185,18 @@ def fleet_topology(hosts, hostvars, groups, routers=()):
             "routers": {router: _router(router, hostvars) for router in routers}}
 
 
+def fleet_in_service(hosts, hostvars, groups):
+    """`hosts` less every unit with a host that failed GPU acceptance in this run (its
+    gpu_acceptance_passed is false): such a host is never put behind a router, and a multi-node group
+    serves whole or not at all. A host the stage did not judge in this run (a run without it) stays."""
+    held = set()
+    for unit in sglang_rollout_units(hosts, hostvars, groups):
+        if any((hostvars[rank] if rank in hostvars else {}).get("gpu_acceptance_passed") is False
+               for rank in unit["ranks"]):
+            held.update(unit["ranks"])
+    return [host for host in hosts if host not in held]
+
+
 def fleet_units(host, hostvars, groups):
     """How many units (a server, or a multi-node group) the whole fleet has: fleet_gpu_nodes where it names
     the whole fleet (a slice's inventory holds only part of it), else this inventory's gpu_nodes."""
@@ -473,6 +485,7 @@ def fleet_slice_problems(host, hostvars, groups):
 class FilterModule(object):
     def filters(self):
         return {"fleet_topology": fleet_topology, "fleet_unit": fleet_unit, "fleet_units": fleet_units,
+                "fleet_in_service": fleet_in_service,
                 "fleet_settings": fleet_settings, "fleet_problems": fleet_problems,
                 "fleet_open_listeners": fleet_open_listeners, "fleet_pip_environment": fleet_pip_environment,
                 "fleet_slice": fleet_slice, "fleet_slice_problems": fleet_slice_problems,

@@ -97,6 +97,36 @@ def test_the_installed_collections_site_reruns_the_preflight_with_nothing_to_cha
     assert int(run.hosts["labtest-gpu-1"].facts["gpu_preflight_gpu_count"]) == 8
 
 
+MEASURE = "The measurement runs with the install's python, every GPU at once"
+
+
+def test_a_node_with_a_link_at_x8_fails_acceptance_and_a_rerun_judges_its_record_with_no_burn(fleet):
+    """The acceptance stage of site.yml on the lab: labtest-gpu-2's GPU 0 runs its link at x8
+    (lab_gpu_acceptance, through the lab's nvidia-smi), labtest-gpu-1 is healthy. The node's own
+    python runs the stage's script (no sglang install here; the fingerprint takes the id given)."""
+    degrade = run_playbook(ROOT / "files/lab/provision.yml", fleet, limit="labtest-gpu-2",
+                           extravars={"lab_gpu_acceptance": "pcie-x8"})
+    assert degrade.rc == 0, report(degrade)
+    stage = {"gpu_acceptance_python": "/usr/bin/python3", "sglang_install_id": "0.5.9-labtest"}
+    try:
+        first = run_playbook(ROOT / "site.yml", fleet, tags="preflight,acceptance", extravars=stage)
+        assert first.rc != 0
+        healthy, degraded = first.hosts["labtest-gpu-1"], first.hosts["labtest-gpu-2"]
+        assert not healthy.failures and MEASURE in [task for task, _ in healthy.results]
+        (failure,) = degraded.failures
+        assert failure["msg"].startswith("labtest-gpu-2 fails GPU acceptance (1): GPU 0 (GPU-"), failure["msg"]
+        assert "pcie_width: PCIe link under load x8, below its max x16 (floor: 16). Measured now" in failure["msg"]
+
+        again = run_playbook(ROOT / "site.yml", fleet, tags="preflight,acceptance", extravars=stage)
+        for name in ("labtest-gpu-1", "labtest-gpu-2"):
+            assert MEASURE not in [task for task, _ in again.hosts[name].results], name  # the record holds
+        assert again.changed == 0 and not again.hosts["labtest-gpu-1"].failures, report(again)
+        (failure,) = again.hosts["labtest-gpu-2"].failures
+        assert "x8, below its max x16 (floor: 16). Measured before, same fingerprint" in failure["msg"]
+    finally:
+        run_playbook(ROOT / "files/lab/provision.yml", fleet, limit="labtest-gpu-2")
+
+
 def test_down_removes_the_containers(fleet):
     names = labctl.inventory_hosts(fleet)
     labctl.down(fleet)

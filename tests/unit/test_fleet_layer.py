@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 import fleet_layer
 from fleet_layer import (fleet_defaults, fleet_pip_environment, fleet_problems, fleet_settings, fleet_slice, fleet_whole_problems,
                          fleet_slice_problems,
-                         fleet_topology, fleet_unit)
+                         fleet_in_service, fleet_topology, fleet_unit)
 from conftest import ROOT
 
 GROUPS = {"tp": ["b0", "b1"]}
@@ -47,6 +47,23 @@ def test_the_topology_names_every_unit_s_worker_and_rank_0():
     # A router's API is called on its own host; its exporter is scraped from elsewhere.
     assert found["routers"] == {"gw": {"url": "http://127.0.0.1:30090", "metrics": "gw.example.com:29000",
                                        "lease_dir": "/var/lib/sglang-router/leases"}}
+
+
+def test_a_host_that_failed_gpu_acceptance_is_no_worker_and_takes_its_group_with_it():
+    hosts = ["a", "b0", "b1", "c"]
+    assert fleet_in_service(hosts, HOSTVARS, GROUPS) == hosts  # no acceptance in this run: all serve
+    passed = {h: dict(v, gpu_acceptance_passed=True) for h, v in HOSTVARS.items()}
+    assert fleet_in_service(hosts, passed, GROUPS) == hosts
+    failed_alone = dict(passed, a=dict(passed["a"], gpu_acceptance_passed=False))
+    assert fleet_in_service(hosts, failed_alone, GROUPS) == ["b0", "b1", "c"]
+    # Rank 1 of a multi-node group failed: the group serves whole or not at all.
+    failed_rank = dict(passed, b1=dict(passed["b1"], gpu_acceptance_passed=False))
+    assert fleet_in_service(hosts, failed_rank, GROUPS) == ["a", "c"]
+    urls = fleet_topology(fleet_in_service(hosts, failed_rank, GROUPS), failed_rank, GROUPS)["worker_urls"]
+    assert urls == ["http://10.0.0.1:30000", "http://127.0.0.1:30000"]
+    # Measured nothing (check mode, a host with no GPU): none, not false, and the host stays.
+    unjudged = dict(passed, c=dict(passed["c"], gpu_acceptance_passed=None))
+    assert fleet_in_service(hosts, unjudged, GROUPS) == hosts
 
 
 def test_the_advertised_address_moves_the_worker_and_the_dist_init_address():

@@ -13,7 +13,8 @@ FACTS = {"gpu_preflight_gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server E
                                  {"repo_id": "lightseekorg/kimi-k2.5-eagle3", "state": "verified", "problems": {}}],
          "sglang_server_fusion": {"enabled": True, "switch": "auto", "selftest": "pass", "speedup": 1.43,
                                   "cause": "faster", "reason": "self-test pass, 1.43x faster at decode"},
-         "sglang_verify_accept_length": 2.65}
+         "sglang_verify_accept_length": 2.65, "gpu_acceptance_passed": True, "gpu_acceptance_burned": True,
+         "gpu_acceptance_failures": []}
 
 
 def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
@@ -24,14 +25,26 @@ def test_one_line_per_host_with_what_the_roles_found_and_the_failures_named():
     lines = report(run).splitlines()
     assert lines[1] == "Fleet report: site.yml, 2 host(s), failed"
     assert lines[2].split() == ["HOST", "OK", "CHANGED", "FAILED", "GPUS", "ARCHS", "DRIVER", "CUDA", "SGLANG",
-                                "FLASH-ATTN", "PATCHES", "MODELS", "FUSION", "ACCEPT", "SERVER"]
+                                "FLASH-ATTN", "PATCHES", "MODELS", "GPU-ACCEPTANCE", "FUSION", "ACCEPT", "SERVER"]
     assert "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (cc 12.0)  120    580.95.05  13.0.88  0.5.9" in lines[3]
     assert "0.5.9   2.8.3 installed from cache  4 applied" in lines[3]
-    assert ("4 applied, 1 upstream  verified 2  on (self-test pass, 1.43x)  2.65    healthy, known answer right (41.2s)"
-            in lines[3])
+    assert ("4 applied, 1 upstream  verified 2  pass (measured now)  on (self-test pass, 1.43x)  2.65    healthy, known "
+            "answer right (41.2s)" in lines[3])
     assert lines[4].split()[:4] == ["gpu-2", "4", "0", "1"]
     assert lines[5] == "  ! gpu-2: The host fits the fleet profile: gpu-2 does not fit the GPU profile: GPU count"
     assert lines[6] == "  1 host(s) ok, 1 failed; 0 change(s) in all"
+
+
+def test_the_gpu_acceptance_column_says_how_the_host_was_judged_and_which_checks_failed():
+    held = [{"check": "pcie_width", "message": "GPU 0 (GPU-a): pcie_width: ..."},
+            {"check": "xid", "message": "GPU 3 (GPU-b): xid: ..."}, {"check": "xid", "message": "GPU 5 (GPU-c): xid: ..."}]
+    run = PlaybookRun("site.yml", ["x"], "failed", 2, {
+        "gpu-1": HostResult(ok=80, facts=dict(FACTS, gpu_acceptance_burned=False)),
+        "gpu-2": HostResult(ok=20, failed=1, facts=dict(FACTS, gpu_acceptance_passed=False, gpu_acceptance_failures=held)),
+        "gpu-3": HostResult(ok=80, facts={k: v for k, v in FACTS.items() if not k.startswith("gpu_acceptance_")})})
+    lines = report(run).splitlines()
+    column = lines[2].index("GPU-ACCEPTANCE")
+    assert [line[column:].split("  ")[0] for line in lines[3:6]] == ["pass (record)", "FAIL: pcie_width, xid", "-"]
 
 
 def test_a_run_that_reached_no_host_says_so():

@@ -291,3 +291,57 @@ def test_an_xid_fails_the_gpu_even_when_its_health_could_not_be_read_under_load(
     host["gpus"][5]["xids"] = [79]
     del host["gpus"][5]["health"]
     assert [(f["check"], f["value"]) for f in acceptance_verdict(host, FLOORS)] == [("xid", 79), ("health_under_load", None)]
+
+
+# --- The lab's stand-in for the GPU part ----------------------------------------------------------------
+
+def lab_node(tmp_path, fault):
+    """A lab node as files/lab/provision.yml leaves it (8 RTX PRO 6000, GPU 0 at `fault`): its nvidia-smi,
+    kernel log, the acceptance fixture's rates, and the fixture under the name the node's python finds."""
+    gpus = [{"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_cap": "12.0",
+             "memory_mib": 97887, "uuid": "GPU-lab-%d" % i, "pci_bus_id": "00000000:%02X:00.0" % (i + 1),
+             "sensors": {"pcie.link.width.current": 8} if i == 0 and fault == "pcie-x8" else {}} for i in range(8)]
+    (tmp_path / "gpus.json").write_text(json.dumps({"state": "ok", "driver_version": "580.95.05",
+                                                    "cuda_version": "13.0", "gpus": gpus}))
+    rates = {"gemm_bf16_tflops": 395.0, "memory_bandwidth_gbps": 1540.0, "h2d_gbps": 53.0, "d2h_gbps": 52.5}
+    first = dict(rates, gemm_bf16_tflops=180.0) if fault == "slow-gemm" else rates
+    (tmp_path / "acceptance.json").write_text(json.dumps({"cuda": "13.0", "p2p_gbps": 41.0, "busbw_gbps": 38.0,
+                                                          "gpus": [first] + [rates] * 7}))
+    (tmp_path / "kernel.log").write_text("[ 4242.424242] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen "
+                                         "off the bus.\n" if fault == "xid79" else "")
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, ROOT / "files/lab/nvidia-smi.py"))
+    smi.chmod(0o755)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sglang_fleet_lab_acceptance.py").write_text((ROOT / "files/lab/sglang_lab_acceptance.py").read_text())
+    env = dict(os.environ, LAB_GPU_CONFIG=str(tmp_path / "gpus.json"), PYTHONPATH=str(site),
+               LAB_ACCEPTANCE_CONFIG=str(tmp_path / "acceptance.json"))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--nvidia-smi", str(smi), "--devices",
+                           "sglang_fleet_lab_acceptance", "--kernel-log", str(tmp_path / "kernel.log"),
+                           "--gemm-seconds", "0.6", "--budget-seconds", "120"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+@pytest.mark.parametrize("fault, check, message", [
+    ("healthy", None, None),
+    ("pcie-x8", "pcie_width", "GPU 0 (GPU-lab-0): pcie_width: PCIe link under load x8, below its max x16 (floor: 16)"),
+    ("xid79", "xid", "GPU 0 (GPU-lab-0): xid: XID 79 since boot"),
+    ("slow-gemm", "gemm_bf16_tflops", "GPU 0 (GPU-lab-0): gemm_bf16_tflops: 180.0"),
+])
+def test_the_lab_node_is_measured_by_the_real_script_and_its_fault_judged_on_gpu_0(tmp_path, fault, check, message):
+    """The lab's path (bin/lab, the default scenario): the script's own health read through the lab's
+    nvidia-smi, under the fixture's load, its kernel-log parsing, every phase in its budget."""
+    result, progress = lab_node(tmp_path, fault)
+    assert result["torch"] == "lab (simulated)" and result["errors"] == [] and result["skipped"] == []
+    assert len(result["gpus"]) == 8 and result["health_read_under_load"] is True
+    assert result["allreduce"]["world_size"] == 8 and len(result["p2p_gbps"]) == 8
+    assert "bf16 GEMM 8192^3 on 8 GPUs" in progress
+    failures = acceptance_verdict(result, FLOORS)
+    if check is None:
+        assert failures == [] and acceptance_warnings(result, FLOORS) == []
+    else:
+        assert [(f["gpu"], f["check"]) for f in failures] == [("GPU 0 (GPU-lab-0)", check)]
+        assert failures[0]["message"].startswith(message), failures[0]["message"]

@@ -45,8 +45,8 @@ def test_the_same_lab_reached_from_another_clone_is_not_provisioned_again(lab, t
     labctl.provision_nodes(inventory)
     clone = tmp_path / "clone"
     for name in ("files/lab/provision.yml", "files/lab/nvidia-smi.py", "files/lab/sglang_lab_server.py",
-                 "files/lab/sglang_lab_fusion.py", "plugins/module_utils/sglang_args.py",
-                 "roles/sglang_quality/files/gsm8k/test.jsonl"):
+                 "files/lab/sglang_lab_fusion.py", "files/lab/sglang_lab_acceptance.py",
+                 "plugins/module_utils/sglang_args.py", "roles/sglang_quality/files/gsm8k/test.jsonl"):
         (clone / name).parent.mkdir(parents=True, exist_ok=True)
         (clone / name).write_bytes((labctl.ROOT / name).read_bytes())
     shutil.copytree(inventory.parent, clone / "fleet")

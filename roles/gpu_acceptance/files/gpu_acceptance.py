@@ -22,11 +22,16 @@ Phases, in order, each skipped (and named in "skipped") when the budget left can
   per GPU), sizes 1 MiB to 1 GiB; busbw = algbw x 2(n-1)/n, as nccl-tests reports it.
 
 Rates are decimal: GB/s is 1e9 bytes per second, TFLOP/s 1e12 floating-point operations per second.
+
+The GPU part (the GEMM load and the copies, TorchDevices) is torch's. --devices MODULE replaces it with
+MODULE.Devices(), an object with TorchDevices' methods: the lab's fixture, on nodes with no GPU. The
+rest (nvidia-smi's health read under the load, the XIDs, the budget, the document) runs as on a real host.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import io
 import json
 import os
@@ -431,6 +436,44 @@ def measure_allreduce(world, backend="nccl", sizes=None, seconds_per_size=0.5, t
             "largest_busbw_gbps": rows[-1]["busbw_gbps"] if rows else None}
 
 
+class TorchDevices:
+    """The GPU part of the measurement, on torch's CUDA (the install's torch)."""
+
+    def __init__(self):
+        # torch numbers the GPUs as nvidia-smi does (by PCI bus), so index i is the same GPU in both.
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        import torch
+
+        self.torch = torch
+
+    def describe(self):
+        """{"torch", "cuda", "count"}: the versions the result names, and the GPUs torch sees."""
+        torch = self.torch
+        return {"torch": torch.__version__, "cuda": torch.version.cuda, "count": torch.cuda.device_count()}
+
+    def gemm_load(self, index, size, seconds):
+        """A started-later thread (start, warm, join, is_alive, device, result) that loads GPU index."""
+        return GemmLoad(self.torch, index, size, seconds)
+
+    def memory_bandwidth(self, index):
+        free, _ = self.torch.cuda.mem_get_info(index)
+        return measure_memory(self.torch, index, min(GIB, free // 4))
+
+    def host_bandwidth(self, index):
+        return measure_host(self.torch, index, 256 * MIB)
+
+    def p2p_bandwidth(self, count):
+        return measure_p2p(self.torch, count, 256 * MIB)
+
+    def allreduce(self, world, backend, sizes, seconds_per_size, timeout):
+        return measure_allreduce(world, backend, sizes, seconds_per_size, timeout=timeout)
+
+
+def devices_of(module):
+    """The GPU part: torch's, or --devices MODULE's Devices()."""
+    return importlib.import_module(module).Devices() if module else TorchDevices()
+
+
 # --- The run --------------------------------------------------------------------------------------------
 
 def free_port():
@@ -472,13 +515,10 @@ def measure(args):
                                "xids": [e["xid"] for e in result["kernel_log"]["xids"] if e["pci"] == pci]})
     progress("%d GPUs: %s" % (len(idle), ", ".join(sorted({row["name"] for row in idle}))))
 
-    # torch numbers the GPUs as nvidia-smi does (by PCI bus), so index i is the same GPU in both.
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    import torch
-
-    result["torch"] = torch.__version__
-    result["cuda"] = torch.version.cuda
-    count = torch.cuda.device_count()
+    devices = devices_of(args.devices)
+    described = devices.describe()
+    result["torch"], result["cuda"] = described["torch"], described["cuda"]
+    count = described["count"]
     result["cuda_device_count"] = count
     if count != len(idle):
         result["errors"].append("torch sees %d GPUs, nvidia-smi %d" % (count, len(idle)))
@@ -491,7 +531,7 @@ def measure(args):
         else:
             progress("bf16 GEMM %d^3 on %d GPUs for %.0f s, health read under it"
                      % (args.gemm_size, count, args.gemm_seconds))
-            loads = [GemmLoad(torch, index, args.gemm_size, args.gemm_seconds) for index in range(count)]
+            loads = [devices.gemm_load(index, args.gemm_size, args.gemm_seconds) for index in range(count)]
             for load in loads:
                 load.start()
             for load in loads:
@@ -516,8 +556,7 @@ def measure(args):
             skip("memory", "%.0f s left" % left())
         else:
             for index in range(count):
-                free, _ = torch.cuda.mem_get_info(index)
-                gpus[index]["memory_bandwidth_gbps"] = measure_memory(torch, index, min(GIB, free // 4))
+                gpus[index]["memory_bandwidth_gbps"] = devices.memory_bandwidth(index)
             progress("memory copy GB/s: %s" % ", ".join(str(gpu.get("memory_bandwidth_gbps")) for gpu in gpus))
 
     if "host" in wanted:
@@ -525,7 +564,7 @@ def measure(args):
             skip("host", "%.0f s left" % left())
         else:
             for index in range(count):
-                gpus[index]["h2d_gbps"], gpus[index]["d2h_gbps"] = measure_host(torch, index, 256 * MIB)
+                gpus[index]["h2d_gbps"], gpus[index]["d2h_gbps"] = devices.host_bandwidth(index)
             progress("host->device / device->host GB/s: %s"
                      % ", ".join("%s/%s" % (gpu.get("h2d_gbps"), gpu.get("d2h_gbps")) for gpu in gpus))
 
@@ -533,7 +572,7 @@ def measure(args):
         if left() < count * (count - 1) * 0.5 + 5:
             skip("p2p", "%.0f s left" % left())
         else:
-            result["p2p_gbps"] = measure_p2p(torch, count, 256 * MIB)
+            result["p2p_gbps"] = devices.p2p_bandwidth(count)
             progress("P2P GB/s: %s" % json.dumps(result["p2p_gbps"]))
 
     if "allreduce" in wanted:
@@ -546,7 +585,7 @@ def measure(args):
             sizes = allreduce_sizes(args.allreduce_min_bytes, args.allreduce_max_bytes)
             per_size = max(0.05, min(0.5, (left() - 15) / (2 * len(sizes))))
             progress("all-reduce across %d ranks (%s), %d sizes" % (world, args.backend, len(sizes)))
-            result["allreduce"] = measure_allreduce(world, args.backend, sizes, per_size, timeout=left() - 2)
+            result["allreduce"] = devices.allreduce(world, args.backend, sizes, per_size, left() - 2)
             progress("all-reduce busbw peak %s GB/s" % result["allreduce"].get("peak_busbw_gbps"))
 
     result["seconds"] = round(time.monotonic() - started, 1)
@@ -569,6 +608,8 @@ def main(argv=None):
                         help="run the all-reduce at one rank too (busbw is 0 there; it proves the path)")
     parser.add_argument("--allreduce-min-bytes", type=int, default=MIB)
     parser.add_argument("--allreduce-max-bytes", type=int, default=GIB)
+    parser.add_argument("--devices", default="",
+                        help="a module whose Devices() replaces torch's GPU part (the lab's fixture)")
     args = parser.parse_args(argv)
     result = measure(args)
     json.dump(result, sys.stdout, indent=1, sort_keys=True)
