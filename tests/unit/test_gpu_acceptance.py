@@ -295,7 +295,7 @@ def test_an_xid_fails_the_gpu_even_when_its_health_could_not_be_read_under_load(
 
 # --- The lab's stand-in for the GPU part ----------------------------------------------------------------
 
-def lab_node(tmp_path, fault):
+def lab_node(tmp_path, fault, merged=False):
     """A lab node as files/lab/provision.yml leaves it (8 RTX PRO 6000, GPU 0 at `fault`): its nvidia-smi,
     kernel log, the acceptance fixture's rates, and the fixture under the name the node's python finds."""
     gpus = [{"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_cap": "12.0",
@@ -320,8 +320,11 @@ def lab_node(tmp_path, fault):
     done = subprocess.run([sys.executable, str(SCRIPT), "--nvidia-smi", str(smi), "--devices",
                            "sglang_fleet_lab_acceptance", "--kernel-log", str(tmp_path / "kernel.log"),
                            "--gemm-seconds", "0.6", "--budget-seconds", "120"],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                          text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
+    if merged:
+        return done.stdout
     return json.loads(done.stdout), done.stderr
 
 
@@ -345,3 +348,12 @@ def test_the_lab_node_is_measured_by_the_real_script_and_its_fault_judged_on_gpu
     else:
         assert [(f["gpu"], f["check"]) for f in failures] == [("GPU 0 (GPU-lab-0)", check)]
         assert failures[0]["message"].startswith(message), failures[0]["message"]
+
+
+def test_the_document_is_the_last_line_when_progress_shares_its_stream(tmp_path):
+    """Over SSH the script module runs the script on a tty, which merges stderr into stdout (the lab's
+    SSH nodes showed it: the whole stdout did not parse): the role reads the last line."""
+    lines = lab_node(tmp_path, "healthy", merged=True).splitlines()
+    assert lines[0].startswith("gpu_acceptance: kernel log:")
+    document = json.loads(lines[-1])
+    assert len(document["gpus"]) == 8 and acceptance_verdict(document, FLOORS) == []

@@ -5,8 +5,9 @@
     gpu_acceptance.py [--nvidia-smi /usr/bin/nvidia-smi] [--budget-seconds 180]
                       [--kernel-log auto|dmesg|kmsg|journalctl|none|FILE] [--only PHASE ...]
 
-Run with the install's own python (its torch). Prints one JSON document on stdout and a progress
-line per phase on stderr. It measures; it does not judge: the verdict (plugins/filter/gpu_acceptance.py)
+Run with the install's own python (its torch). Prints a progress line per phase on stderr and one
+JSON document on stdout, on one line, the last: over SSH, Ansible's script module runs it on a tty,
+which merges stderr into stdout, so the document is what stdout ends with, not all of it. It measures; it does not judge: the verdict (plugins/filter/gpu_acceptance.py)
 compares the document with the floors of the GPU's profile.
 
 Phases, in order, each skipped (and named in "skipped") when the budget left cannot hold it:
@@ -612,8 +613,8 @@ def main(argv=None):
                         help="a module whose Devices() replaces torch's GPU part (the lab's fixture)")
     args = parser.parse_args(argv)
     result = measure(args)
-    json.dump(result, sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
     return 2 if result["errors"] and not result["gpus"] else 0
 
 
