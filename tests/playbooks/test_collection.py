@@ -62,7 +62,7 @@ def test_site_runs_every_stage_of_the_collection_and_each_stage_runs_by_name(ins
     # The fleet layer first: every stage's role depends on it.
     assert roles == ["sglang_fleet.fleet." + r for r in (
         "fleet", "gpu_preflight", "cuda_toolkit", "sglang", "flash_attn", "sglang_patches", "sglang_model",
-        "sglang_server", "sglang_router", "sglang_verify", "sglang_bench", "fleet_monitoring")]
+        "gpu_acceptance", "sglang_server", "sglang_router", "sglang_verify", "sglang_bench", "fleet_monitoring")]
     for stage in STAGES:
         run = ansible(installed_collection, "ansible-playbook", "-i", str(inventory), "sglang_fleet.fleet." + stage,
                       "--syntax-check")

@@ -57,7 +57,8 @@ def test_the_documented_workflow_prepares_unsliced_rolls_out_in_slices_and_finis
     tags = [job["job_tags"].split(",") for job in jobs]
     # Every stage of site.yml runs once, and those that orchestrate the whole fleet are not sliced.
     assert sorted(t for job in tags for t in job) == sorted([
-        "preflight", "model", "cuda", "sglang", "flash_attn", "patches", "server", "router", "verify", "monitoring"])
+        "preflight", "model", "cuda", "sglang", "flash_attn", "patches", "acceptance", "server", "router", "verify",
+        "monitoring"])
     assert {"model", "router", "monitoring"}.isdisjoint(tags[1])
 
 
