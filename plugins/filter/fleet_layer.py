@@ -82,6 +82,7 @@ def _sibling(name, attribute):
 
 http_url = _sibling("http_url", "http_url")
 sglang_rollout_units = _sibling("sglang_rollout", "sglang_rollout_units")
+held_out_by_acceptance = _sibling("sglang_rollout", "held_out_by_acceptance")
 pip_environment = _sibling("pip_environment", "pip_environment")
 supply_chain_pin_problems = _sibling("supply_chain", "supply_chain_pin_problems")
 
@@ -189,11 +190,8 @@ def fleet_in_service(hosts, hostvars, groups):
     """`hosts` less every unit with a host that failed GPU acceptance in this run (its
     gpu_acceptance_passed is false): such a host is never put behind a router, and a multi-node group
     serves whole or not at all. A host the stage did not judge in this run (a run without it) stays."""
-    held = set()
-    for unit in sglang_rollout_units(hosts, hostvars, groups):
-        if any((hostvars[rank] if rank in hostvars else {}).get("gpu_acceptance_passed") is False
-               for rank in unit["ranks"]):
-            held.update(unit["ranks"])
+    held = {rank for unit in sglang_rollout_units(hosts, hostvars, groups)
+            if held_out_by_acceptance(unit, hostvars) for rank in unit["ranks"]}
     return [host for host in hosts if host not in held]
 
 

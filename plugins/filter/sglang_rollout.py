@@ -95,13 +95,22 @@ def _batch_size(spec, total):
         raise AnsibleFilterError("serial entry %r is neither a count nor a percentage" % (spec,))
 
 
+def held_out_by_acceptance(unit, hostvars):
+    """Whether a host of `unit` failed GPU acceptance in this run (gpu_acceptance_passed false): the unit
+    serves whole or not at all, and no router lists it. A host not judged in this run is not held out."""
+    return any((hostvars[rank] if rank in hostvars else {}).get("gpu_acceptance_passed") is False
+               for rank in unit["ranks"])
+
+
 def sglang_rollout_out(units, hostvars):
-    """The names of the units out of service now, as the plan found them: a rank 0 that some router does
-    not hold (the plan's check-mode pass would put it back)."""
+    """The names of the units out of service now: a rank 0 that some router does not hold, as the plan
+    found it (the plan's check-mode pass would put it back), or a unit held out by GPU acceptance, which
+    no router lists and the plan never reached."""
     out = []
     for unit in units:
         found = (hostvars[unit["rank0"]] if unit["rank0"] in hostvars else {}).get("__sglang_server_routers_in") or {}
-        if any(result.get("changed") for result in found.get("results") or [] if not result.get("skipped")):
+        if held_out_by_acceptance(unit, hostvars) or any(
+                result.get("changed") for result in found.get("results") or [] if not result.get("skipped")):
             out.append(unit["name"])
     return out
 

@@ -4,7 +4,7 @@ import math
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from sglang_rollout import sglang_rollout_waves
+from sglang_rollout import sglang_rollout_out, sglang_rollout_waves
 
 
 def units(count, group_every=0):
@@ -124,3 +124,14 @@ def test_the_rollout_takes_the_units_that_are_out_first():
     hostvars = {h: {"__sglang_server_rollout": True} for h in ("a", "b", "c")}
     hostvars["c"].update(out)
     assert sglang_rollout_hosts(["a", "b", "c"], hostvars, {}) == ["c", "a", "b"]
+
+
+def test_a_unit_held_out_by_gpu_acceptance_counts_as_out_of_service_for_the_floor():
+    """The plan never reaches a host that failed acceptance, and no router lists it: it is out."""
+    fleet = units(4, group_every=2)   # g0, tp1 (g1a, g1b), g2, tp3 (g3a, g3b)
+    hostvars = {"g0": {"gpu_acceptance_passed": False}, "g1b": {"gpu_acceptance_passed": False},
+                "g2": {"gpu_acceptance_passed": True}, "g3a": {}}
+    assert sglang_rollout_out(fleet, hostvars) == ["g0", "tp1"]
+    # Two of four out already: under a floor of 2 a serving unit cannot restart, and the plan says so.
+    with pytest.raises(AnsibleFilterError, match=r"and 2 serve now \(2 out\)"):
+        sglang_rollout_waves(fleet[2:3], 4, 2, sglang_rollout_out(fleet, hostvars))

@@ -7,8 +7,9 @@
 
 Run with the install's own python (its torch). Prints a progress line per phase on stderr and one
 JSON document on stdout, on one line, the last: over SSH, Ansible's script module runs it on a tty,
-which merges stderr into stdout, so the document is what stdout ends with, not all of it. It measures; it does not judge: the verdict (plugins/filter/gpu_acceptance.py)
-compares the document with the floors of the GPU's profile.
+which merges stderr into stdout, so the document is what stdout ends with, not all of it. It
+measures; it does not judge: the verdict (plugins/filter/gpu_acceptance.py) compares the document
+with the floors of the GPU's profile.
 
 Phases, in order, each skipped (and named in "skipped") when the budget left cannot hold it:
 - health: nvidia-smi's ECC, retired pages, remapped rows, PCIe link, throttle reasons, persistence
