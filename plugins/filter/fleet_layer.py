@@ -188,8 +188,9 @@ def fleet_topology(hosts, hostvars, groups, routers=()):
 
 def fleet_in_service(hosts, hostvars, groups):
     """`hosts` less every unit with a host that failed GPU acceptance in this run (its
-    gpu_acceptance_passed is false): such a host is never put behind a router, and a multi-node group
-    serves whole or not at all. A host the stage did not judge in this run (a run without it) stays."""
+    gpu_acceptance_passed is false, the stage's verdict or, in a run without the stage, its record's):
+    such a host is never put behind a router, and a multi-node group serves whole or not at all. A host
+    with no verdict (never measured) stays."""
     held = {rank for unit in sglang_rollout_units(hosts, hostvars, groups)
             if held_out_by_acceptance(unit, hostvars) for rank in unit["ranks"]}
     return [host for host in hosts if host not in held]

@@ -96,8 +96,9 @@ def _batch_size(spec, total):
 
 
 def held_out_by_acceptance(unit, hostvars):
-    """Whether a host of `unit` failed GPU acceptance in this run (gpu_acceptance_passed false): the unit
-    serves whole or not at all, and no router lists it. A host not judged in this run is not held out."""
+    """Whether a host of `unit` failed GPU acceptance in this run (gpu_acceptance_passed false: the
+    stage's verdict, or in a run without the stage its record's): the unit serves whole or not at all,
+    and no router lists it. A host with no verdict (never measured) is not held out."""
     return any((hostvars[rank] if rank in hostvars else {}).get("gpu_acceptance_passed") is False
                for rank in unit["ranks"])
 

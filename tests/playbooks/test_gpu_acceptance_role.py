@@ -86,3 +86,42 @@ def test_a_check_run_measures_nothing_and_writes_nothing(tmp_path, monkeypatch):
     assert run.rc == 0, run.failure_summary
     assert written is None and host.facts["gpu_acceptance_passed"] is None
     assert [res.get("skipped") for task, res in host.results if task == MEASURE] in ([], [True])
+
+
+def test_a_run_without_the_stage_keeps_a_host_its_record_holds_out_out_of_the_routers(tmp_path, monkeypatch):
+    """--tags router (or server, verify, bench) after the stage held b out: the stages' own import,
+    playbooks/acceptance_record.yml, judges each host's record with no burn; b fails again, naming its
+    record, and the routers' worker list (fleet_in_service, as the router role reads it) leaves it out.
+    A host never measured has no verdict and stays in."""
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "facts"))
+    degraded = copy.deepcopy(CAPTURE)
+    degraded["gpus"][0]["health"]["pcie_width_current"] = 8
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {}
+    for name, measured in (("a", CAPTURE), ("b", degraded), ("c", None)):
+        state = tmp_path / name
+        state.mkdir()
+        if measured is not None:
+            (state / "gpu_acceptance.fact").write_text(json.dumps(
+                {"fingerprint": fingerprint(), "measured_at": 1764900000, "measured": measured}))
+        hosts[name] = dict(local, fleet_state_dir=str(state))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}))
+    playbook = tmp_path / "router.yml"
+    playbook.write_text(yaml.safe_dump([
+        {"name": "Held out", "ansible.builtin.import_playbook": str(ROOT / "playbooks/acceptance_record.yml")},
+        {"name": "Workers", "hosts": "localhost", "gather_facts": False, "vars": local, "tasks": [
+            {"name": "The routers' workers are known", "ansible.builtin.set_fact": {
+                "sglang_workers": "{{ groups['gpu_nodes'] | fleet_in_service(hostvars, groups) }}"}}]}]))
+    run = run_playbook(playbook, inventory)
+    assert run.rc != 0
+    (failure,) = run.hosts["b"].failures
+    assert failure["msg"].startswith("b fails GPU acceptance (1): GPU 0 (%s): pcie_width: PCIe link under load x8"
+                                     % UUID), failure["msg"]
+    assert failure["msg"].endswith(
+        "Measured by the acceptance stage at 2025-12-05T02:00:00Z (fingerprint %s), judged from its record by "
+        "this run, which has no acceptance stage; --tags acceptance -e gpu_acceptance_refresh=true measures again."
+        % fingerprint()), failure["msg"]
+    assert not run.hosts["a"].failures and not run.hosts["c"].failures
+    assert run.hosts["localhost"].facts["sglang_workers"] == ["a", "c"]
+    assert MEASURE not in [task for host in ("a", "b") for task, _ in run.hosts[host].results]
