@@ -9,7 +9,8 @@
         itself at its end, so a plain ansible-playbook run gets the same report)
 
 The report is three files: report.json (checked against bench_report.schema.json), report.md,
-and report.png (output tok/s per host per concurrency, EAGLE-3 on and off side by side).
+and report.png (output tok/s per host per concurrency, EAGLE-3 on and off side by side). Each GPU
+host's acceptance verdict in the run (the stage's, or its record's) is a per-GPU table in all three.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = Path(__file__).resolve().with_name("bench_report.schema.json")
 sys.path.insert(0, str(ROOT / "plugins/filter"))
 from sglang_bench_fusion import fusion_ab  # noqa: E402 (the role's fusion A/B, one home)
+from gpu_acceptance import acceptance_report  # noqa: E402 (the acceptance stage's rows, one home)
 
 VARIANTS = ("baseline", "eagle3", "eagle3-fusion-ab")
 # What the report keeps of each bench_serving result (its JSONL line), under the same names.
@@ -50,8 +52,9 @@ def parse_bench_serving(result: dict | str) -> dict:
 
 def build_report(hosts: dict, *, slow_percent: float = 10.0, simulated: bool = False,
                  settings: dict | None = None, generated: str | None = None,
-                 accept_tolerance_percent: float = 5.0) -> dict:
-    """hosts: {host: [{"variant", "concurrency", "bench_serving": {...}}, ...]} -> the report."""
+                 accept_tolerance_percent: float = 5.0, acceptance: dict | None = None) -> dict:
+    """hosts: {host: [{"variant", "concurrency", "bench_serving": {...}}, ...]} -> the report.
+    acceptance: gpu_acceptance.acceptance_report's {host: {passed, fingerprint, gpus, failures}}."""
     report_hosts = {}
     for host, runs in sorted(hosts.items()):
         results = []
@@ -92,6 +95,7 @@ def build_report(hosts: dict, *, slow_percent: float = 10.0, simulated: bool = F
             "slow_host_percent": slow_percent,
             "accept_tolerance_percent": accept_tolerance_percent,
             "fleet_median_output_throughput": medians,
+            "acceptance": dict(sorted((acceptance or {}).items())),
             "hosts": report_hosts}
 
 
@@ -163,7 +167,58 @@ def render_markdown(report: dict) -> str:
     lines += ["- **%s**: %s at concurrency %d, %.1f tok/s, %.1f%% below the median %.1f"
               % (name, x["variant"], x["concurrency"], x["output_throughput"], x["below_median_percent"],
                  x["fleet_median"]) for name, x in slow_hosts] or ["None."]
+    lines += ["", "## GPU acceptance, per GPU", ""] + acceptance_markdown(report.get("acceptance") or {})
     return "\n".join(lines) + "\n"
+
+
+# Past this many GPUs, the PNG's table keeps a row per GPU only for hosts that fail (the Markdown keeps all).
+PNG_TABLE_ROWS = 64
+ACCEPTANCE_COLUMNS = ("host", "GPU", "bf16 GEMM TFLOP/s", "memory GB/s", "H2D / D2H GB/s", "PCIe under load",
+                      "temp C", "XIDs", "verdict")
+
+
+def _number(value, pattern="%.1f"):
+    return "-" if value is None else pattern % value
+
+
+def acceptance_rows(acceptance: dict, limit: int | None = None) -> list[tuple]:
+    """The per-GPU table's rows (ACCEPTANCE_COLUMNS). Past `limit` rows, a host that passes is one row
+    (its GPU count and its slowest GPU's rates): every GPU of a host that fails keeps its own row."""
+    whole = sum(len(entry["gpus"]) for entry in acceptance.values())
+    rows = []
+    for host, entry in acceptance.items():
+        if limit is not None and whole > limit and entry["passed"]:
+            gpus = entry["gpus"]
+            lowest = {key: min((g[key] for g in gpus if g[key] is not None), default=None)
+                      for key in ("gemm_bf16_tflops", "memory_bandwidth_gbps", "h2d_gbps", "d2h_gbps")}
+            rows.append((host, "all %d (slowest)" % len(gpus), _number(lowest["gemm_bf16_tflops"]),
+                         _number(lowest["memory_bandwidth_gbps"], "%.0f"),
+                         "%s / %s" % (_number(lowest["h2d_gbps"]), _number(lowest["d2h_gbps"])),
+                         "-", "-", "-", "pass"))
+            continue
+        for gpu in entry["gpus"]:
+            rows.append((host, "%s %s" % (gpu["index"], (gpu["uuid"] or "")[:12]), _number(gpu["gemm_bf16_tflops"]),
+                         _number(gpu["memory_bandwidth_gbps"], "%.0f"),
+                         "%s / %s" % (_number(gpu["h2d_gbps"]), _number(gpu["d2h_gbps"])),
+                         gpu["pcie_link"] or "-", _number(gpu["temperature_c"], "%.0f"),
+                         ", ".join(str(x) for x in gpu["xids"]) or "-",
+                         ("FAIL: " + ", ".join(gpu["failed"])) if gpu["failed"] else "pass"))
+    return rows
+
+
+def acceptance_markdown(acceptance: dict) -> list[str]:
+    if not acceptance:
+        return ["No GPU host has an acceptance verdict in this run (no acceptance stage ran, and no record)."]
+    lines = ["| %s |" % " | ".join(ACCEPTANCE_COLUMNS), "|%s" % ("---|" * len(ACCEPTANCE_COLUMNS))]
+    for row in acceptance_rows(acceptance):
+        cells = list(row)
+        if cells[-1] != "pass":
+            cells[-1] = "**%s**" % cells[-1]
+        lines.append("| %s |" % " | ".join(cells))
+    held = [(host, entry["failures"]) for host, entry in acceptance.items() if not entry["passed"]]
+    lines += [""] + (["- **%s is held out**: %s" % (host, "; ".join(failures)) for host, failures in held]
+                     or ["Every host passes."])
+    return lines
 
 
 def render_png(report: dict, path: Path) -> None:
@@ -177,7 +232,24 @@ def render_png(report: dict, path: Path) -> None:
     series = [(host, variant) for host in hosts for variant in VARIANTS
               if any(r["variant"] == variant for r in report["hosts"][host]["results"])]
     width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(concurrencies) * max(1, len(series)) / 2), 4.5), dpi=110)
+    table = acceptance_rows(report.get("acceptance") or {}, limit=PNG_TABLE_ROWS)
+    chart_width = max(6, 1.6 * len(concurrencies) * max(1, len(series)) / 2)
+    if table:
+        # The per-GPU acceptance table under the chart, a row a line.
+        fig, (ax, table_ax) = plt.subplots(2, 1, figsize=(max(chart_width, 12), 4.5 + 0.6 + 0.25 * len(table)),
+                                           dpi=110, gridspec_kw={"height_ratios": [4.5, 0.6 + 0.25 * len(table)]})
+        table_ax.axis("off")
+        cells = table_ax.table(cellText=[list(row) for row in table], colLabels=list(ACCEPTANCE_COLUMNS),
+                               loc="upper center", cellLoc="left")
+        cells.auto_set_font_size(False)
+        cells.set_fontsize(7)
+        cells.auto_set_column_width(list(range(len(ACCEPTANCE_COLUMNS))))
+        for (row, _col), cell in cells.get_celld().items():
+            if row > 0 and table[row - 1][-1] != "pass":
+                cell.set_facecolor("#f8d7d5")
+        table_ax.set_title("GPU acceptance, per GPU", fontsize=9)
+    else:
+        fig, ax = plt.subplots(figsize=(chart_width, 4.5), dpi=110)
     colors = plt.get_cmap("tab20")
     for i, (host, variant) in enumerate(series):
         values = {r["concurrency"]: r["output_throughput"] for r in report["hosts"][host]["results"]
@@ -235,7 +307,8 @@ def from_saved(path: Path) -> dict:
     saved = json.loads(path.read_text())
     return build_report(saved["hosts"], slow_percent=saved["slow_host_percent"], simulated=saved["simulated"],
                         settings=saved["settings"], generated=saved.get("generated"),
-                        accept_tolerance_percent=saved.get("accept_tolerance_percent", 5.0))
+                        accept_tolerance_percent=saved.get("accept_tolerance_percent", 5.0),
+                        acceptance=saved.get("acceptance"))
 
 
 def run(inventory: list, *, ab: bool, extravars: dict, out: Path) -> tuple[dict, object]:
@@ -250,7 +323,9 @@ def run(inventory: list, *, ab: bool, extravars: dict, out: Path) -> tuple[dict,
     report = build_report({name: facts["sglang_bench_results"] for name, facts in benched.items()},
                           slow_percent=float(settings["slow_host_percent"]),
                           simulated=any(facts.get("sglang_bench_simulated_numbers") for facts in benched.values()),
-                          settings=settings["report"])
+                          settings=settings["report"],
+                          acceptance=acceptance_report(sorted(result.hosts),
+                                                       {name: h.facts for name, h in result.hosts.items()}))
     write_report(report, out)
     return report, result
 

@@ -318,7 +318,44 @@ def acceptance_fingerprint(gpu_uuids, driver, cuda, install_id):
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+
+def acceptance_gpu_rows(measured, failures=()):
+    """One row per GPU for the reports: its rates, its link and temperature under load, its XIDs, and
+    the checks it failed (the verdict's failures that name it)."""
+    rows = []
+    for gpu in (measured or {}).get("gpus") or []:
+        health = gpu.get("health") or {}
+        label = _gpu_label(gpu)
+        link = None
+        if isinstance(health.get("pcie_gen_current"), int) and isinstance(health.get("pcie_width_current"), int):
+            link = "Gen%s x%s (max Gen%s x%s)" % (health["pcie_gen_current"], health["pcie_width_current"],
+                                                  health.get("pcie_gen_max", "?"), health.get("pcie_width_max", "?"))
+        rows.append({"index": gpu.get("index"), "uuid": gpu.get("uuid"), "name": gpu.get("name"),
+                     **{key: gpu.get(key) if isinstance(gpu.get(key), (int, float)) else None
+                        for key, _check, _unit in RATES},
+                     "pcie_link": link, "temperature_c": health.get("temperature_c"),
+                     "xids": sorted(set(gpu.get("xids") or [])),
+                     "failed": sorted({f["check"] for f in failures or () if f.get("gpu") == label})})
+    return rows
+
+
+def acceptance_report(hostnames, hostvars):
+    """The acceptance part of the reports, per GPU host that has a verdict in this run (the stage's or its
+    record's): {host: {passed, fingerprint, gpus: rows, failures: messages}}. A host held out is in it."""
+    report = {}
+    for name in hostnames:
+        facts = hostvars[name] if name in hostvars else {}
+        measured = facts.get("gpu_acceptance_measured")
+        if not measured:
+            continue
+        failures = list(facts.get("gpu_acceptance_failures") or [])
+        report[name] = {"passed": not failures, "fingerprint": facts.get("gpu_acceptance_fingerprint") or "",
+                        "gpus": acceptance_gpu_rows(measured, failures),
+                        "failures": [f["message"] for f in failures]}
+    return report
+
 class FilterModule:
     def filters(self):
         return {"acceptance_verdict": acceptance_verdict, "acceptance_warnings": acceptance_warnings,
-                "acceptance_floors": acceptance_floors, "acceptance_fingerprint": acceptance_fingerprint}
+                "acceptance_floors": acceptance_floors, "acceptance_fingerprint": acceptance_fingerprint,
+                "acceptance_gpu_rows": acceptance_gpu_rows, "acceptance_report": acceptance_report}

@@ -138,3 +138,56 @@ def test_the_role_s_flags_come_from_the_same_comparison():
     flagged, = fusion_ab_flags(fusion_runs(1.6, 2.65)["gpu-1"], 5)
     assert flagged["concurrency"] == 1 and flagged["flagged"]
     assert fusion_ab_flags(fusion_runs(2.6, 2.65)["gpu-1"], 5) == []
+
+
+def acceptance_of(pcie_width_on_b=16):
+    """gpu_acceptance's report part for two hosts measured as the H200 host was (its capture), host b's
+    GPU 0 with its link at the given width under load, judged by the stage's own verdict."""
+    from gpu_acceptance import acceptance_floors, acceptance_report, acceptance_verdict
+    from conftest import H200
+    capture = json.loads((H200 / "acceptance/acceptance.json").read_text())
+    degraded = copy.deepcopy(capture)
+    degraded["gpus"][0]["health"]["pcie_width_current"] = pcie_width_on_b
+    floors = acceptance_floors()
+    hostvars = {name: {"gpu_acceptance_measured": measured, "gpu_acceptance_fingerprint": "f" * 16,
+                       "gpu_acceptance_failures": acceptance_verdict(measured, floors)}
+                for name, measured in (("a", capture), ("b", degraded))}
+    hostvars["never-measured"] = {}
+    return acceptance_report(["a", "b", "never-measured"], hostvars)
+
+
+def test_each_gpu_s_acceptance_is_a_row_and_a_held_out_host_says_why_in_every_file(tmp_path):
+    acceptance = acceptance_of(pcie_width_on_b=8)
+    assert sorted(acceptance) == ["a", "b"]  # a host with no verdict is not in the table
+    report = bench_report.build_report(runs({"a": {("eagle3", 1): 100.0}}), acceptance=acceptance)
+    paths = bench_report.write_report(report, tmp_path)  # validates against the schema
+    md = paths[1].read_text()
+    assert ("| a | 0 GPU-f7d67785 | 666.3 | 4222 | 55.2 / 55.3 | Gen5 x16 (max Gen5 x16) | 65 | - | pass |"
+            in md), md
+    assert "| b | 0 GPU-f7d67785 | 666.3 | 4222 | 55.2 / 55.3 | Gen5 x8 (max Gen5 x16) | 65 | - | **FAIL: pcie_width** |" in md
+    assert "- **b is held out**: GPU 0 (GPU-f7d67785-feec-3336-0ff2-68111bd63e59): pcie_width: PCIe link under " \
+           "load x8, below its max x16 (floor: 16)" in md
+    assert json.loads(paths[0].read_text())["acceptance"]["b"]["gpus"][0]["failed"] == ["pcie_width"]
+    # The picture holds the table under the chart: taller than the chart alone.
+    plain = tmp_path / "plain"
+    bench_report.write_report(bench_report.build_report(runs({"a": {("eagle3", 1): 100.0}})), plain)
+    height = lambda path: struct.unpack(">II", path.read_bytes()[16:24])[1]  # noqa: E731
+    assert height(paths[2]) > height(plain / "report.png") + 50
+    assert "No GPU host has an acceptance verdict in this run" in (plain / "report.md").read_text()
+
+
+def test_a_fleet_that_passes_says_so_and_a_large_one_keeps_a_row_per_gpu_only_where_a_host_fails():
+    passing = acceptance_of()
+    assert all(entry["passed"] for entry in passing.values())
+    md = bench_report.render_markdown(bench_report.build_report(runs({"a": {("eagle3", 1): 1.0}}), acceptance=passing))
+    assert "Every host passes." in md and "held out" not in md
+    # 40 hosts of 8 GPUs, one failing: the picture's table has a row per passing host, 8 for the failing one.
+    eight = lambda entry: dict(entry, gpus=[dict(entry["gpus"][0], index=i) for i in range(8)])  # noqa: E731
+    failing = acceptance_of(pcie_width_on_b=8)["b"]
+    fleet = {"gpu-%02d" % i: eight(passing["a"]) for i in range(39)}
+    fleet["gpu-bad"] = eight(failing)
+    rows = bench_report.acceptance_rows(fleet, limit=bench_report.PNG_TABLE_ROWS)
+    assert len(rows) == 39 + 8
+    assert rows[0][:3] == ("gpu-00", "all 8 (slowest)", "666.3") and rows[0][-1] == "pass"
+    assert [row[-1] for row in rows if row[0] == "gpu-bad"] == ["FAIL: pcie_width"] * 8
+    assert len(bench_report.acceptance_rows(fleet)) == 320  # the Markdown's: every GPU

@@ -207,7 +207,7 @@ def test_fingerprint_is_stable_and_changes_with_each_input():
               acceptance_fingerprint(["GPU-a", "GPU-b"], "580.159.04", "13.0", "0.5.10-aaaaaaaaaaaa")}
     assert base not in others and len(others) == 4 and len(base) == 16
     assert set(FilterModule().filters()) == {"acceptance_verdict", "acceptance_warnings", "acceptance_floors",
-                                             "acceptance_fingerprint"}
+                                             "acceptance_fingerprint", "acceptance_gpu_rows", "acceptance_report"}
 
 
 # --- The measurement's pure parts ------------------------------------------------------------------
