@@ -487,6 +487,8 @@ def report(run: PlaybookRun) -> str:
             lines.append("  i %s: one server of %d ranks, %s; its gate and the routers talk to rank 0 only"
                          % (group["name"], len(group["ranks"]),
                             ", ".join("%s (rank %d)" % (h, i) for i, h in enumerate(group["ranks"]))))
+        for stray in r.facts.get("sglang_server_strays") or []:
+            lines.append("  ! %s: left on its GPUs by the stopped server: %s" % (host, stray))
         for lease in r.facts.get("sglang_server_leases") or []:
             lines.append("  i %s: %s: %s" % (host, lease.get("router"), describe_server_lease(lease)))
         for lease in r.facts.get("sglang_router_leases") or []:

@@ -2,8 +2,13 @@
 """Lab fixture: an nvidia-smi for containers that pose as GPU nodes.
 
 Emulates the real CLI for what sglang-fleet queries: the default table (its header carries
-`Driver Version` and `CUDA Version`) and `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`,
-with the real error texts and exit codes. The simulated hardware is read from
+`Driver Version` and `CUDA Version`), `--query-gpu=FIELDS --format=csv[,noheader][,nounits]` and
+`--query-compute-apps=FIELDS` (the same formats), with the real error texts and exit codes.
+
+A lab node's compute processes (there are no GPUs to ask) are its processes that pose as one: the lab
+server (`-m sglang_fleet_lab_server`, holding SERVER_MEMORY_FRACTION of every GPU, as sglang's
+--mem-fraction-static does) and any process started with LAB_GPU_MEMORY_MIB=N in its environment
+(N MiB on each GPU of LAB_GPU_INDEXES, a comma list, or on all): a stray a test leaves behind. The simulated hardware is read from
 /etc/lab-gpu/gpus.json (written by files/lab/provision.yml). Never installed on a real host.
 """
 import json
@@ -63,6 +68,66 @@ SENSORS = {
     "pcie.link.width.current": ("pcie.link.width.current", "", "16"),
     "pcie.link.width.max": ("pcie.link.width.max", "", "16"),
 }
+
+
+SERVER_MEMORY_FRACTION = 0.85
+# field -> (header with units, value with units, value without units) of one (process, GPU) row
+APP_FIELDS = {
+    "pid": lambda a: ("pid", str(a["pid"]), str(a["pid"])),
+    "process_name": lambda a: ("process_name", a["name"], a["name"]),
+    "used_memory": lambda a: ("used_gpu_memory [MiB]", "%d MiB" % a["mib"], str(a["mib"])),
+    "used_gpu_memory": lambda a: ("used_gpu_memory [MiB]", "%d MiB" % a["mib"], str(a["mib"])),
+    "gpu_uuid": lambda a: ("gpu_uuid", a["gpu"]["uuid"], a["gpu"]["uuid"]),
+    "gpu_bus_id": lambda a: ("gpu_bus_id", a["gpu"]["pci_bus_id"], a["gpu"]["pci_bus_id"]),
+    "gpu_name": lambda a: ("gpu_name", a["gpu"]["name"], a["gpu"]["name"]),
+}
+
+
+def compute_apps(cfg, proc="/proc"):
+    """One row per (lab GPU process, GPU), by pid then GPU index."""
+    rows = []
+    for pid in sorted(int(p) for p in os.listdir(proc) if p.isdigit()):
+        try:
+            with open(os.path.join(proc, str(pid), "cmdline"), "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
+                env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+            with open(os.path.join(proc, str(pid), "stat")) as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if b"sglang_fleet_lab_server" in argv:
+            gpus, mib = cfg["gpus"], None
+        elif b"LAB_GPU_MEMORY_MIB" in env:
+            wanted = env.get(b"LAB_GPU_INDEXES", b"").decode()
+            gpus = [g for g in cfg["gpus"] if not wanted or str(g["index"]) in wanted.split(",")]
+            mib = int(env[b"LAB_GPU_MEMORY_MIB"])
+        else:
+            continue
+        name = os.path.basename(argv[0].decode("utf-8", "replace")) if argv and argv[0] else "?"
+        for gpu in gpus:
+            rows.append({"pid": pid, "name": name, "gpu": gpu,
+                         "mib": mib if mib is not None else int(gpu["memory_mib"] * SERVER_MEMORY_FRACTION)})
+    return rows
+
+
+def query_apps(cfg, fields, fmt):
+    for field in fields:
+        if field not in APP_FIELDS:
+            sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % field)
+            return 2
+    if fmt[0] != "csv":
+        sys.stdout.write("Only CSV format is supported for --query-compute-apps.\n")
+        return 2
+    rows = [[APP_FIELDS[f](app) for f in fields] for app in compute_apps(cfg)]
+    if "noheader" not in fmt:
+        sys.stdout.write(", ".join(APP_FIELDS[f]({"pid": 0, "name": "", "mib": 0, "gpu": cfg["gpus"][0]})[0]
+                                   for f in fields) + "\n")
+    column = 2 if "nounits" in fmt else 1
+    for row in rows:
+        sys.stdout.write(", ".join(cell[column] for cell in row) + "\n")
+    return 0
 
 
 def sensor(field):
@@ -184,6 +249,8 @@ def main(argv):
     opts = dict(arg.split("=", 1) if "=" in arg else (arg, "") for arg in argv)
     if "--query-gpu" in opts:
         return query(cfg, opts["--query-gpu"].split(","), opts.get("--format", "").split(","))
+    if "--query-compute-apps" in opts:
+        return query_apps(cfg, opts["--query-compute-apps"].split(","), opts.get("--format", "").split(","))
     if argv:
         sys.stdout.write("lab nvidia-smi: unsupported arguments %s\n" % " ".join(argv))
         return 2

@@ -286,8 +286,8 @@ SET_AT_RUN_TIME = frozenset({
     "sglang_quality_baseline", "sglang_quality_canary", "sglang_quality_result",
     "sglang_router_leases", "sglang_router_state", "sglang_router_workers",
     "sglang_server_fusion", "sglang_server_group", "sglang_server_intent", "sglang_server_leases",
-    "sglang_server_rollout_batches", "sglang_server_rollout_units", "sglang_server_router_state",
-    "sglang_server_run_id", "sglang_server_state",
+    "sglang_server_min_in_service", "sglang_server_rollout_batches", "sglang_server_rollout_units",
+    "sglang_server_router_state", "sglang_server_run_id", "sglang_server_state", "sglang_server_strays",
     "sglang_verify_accept_length", "sglang_verify_status",
 })
 

@@ -128,6 +128,12 @@ def _floor(min_in_service, fleet_units):
     return int(value + 1e-9)
 
 
+def sglang_rollout_floor(min_in_service, fleet_units):
+    """The floor as a count of workers (units) that must stay in service, what each router's drain slot
+    checks live: fleet_min_in_service over the whole fleet's units, as the waves are planned."""
+    return _floor(min_in_service, int(fleet_units))
+
+
 def sglang_rollout_waves(units, fleet_units, min_in_service, out=(), serial=()):
     """The rollout's waves, as host counts for the play's `serial`, under a floor of units in service.
 
@@ -187,5 +193,6 @@ class FilterModule(object):
             "sglang_rollout_hosts": sglang_rollout_hosts,
             "sglang_rollout_waves": sglang_rollout_waves,
             "sglang_rollout_out": sglang_rollout_out,
+            "sglang_rollout_floor": sglang_rollout_floor,
         }
 

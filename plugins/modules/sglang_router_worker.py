@@ -54,6 +54,21 @@ options:
       - Run the module on the router's host (delegate_to), which owns the directory and the clock.
     type: path
     default: ""
+  min_in_service:
+    description:
+      - The fleet's floor (fleet_min_in_service, resolved to a count of workers by the rollout plan); 0 for none.
+      - With I(state=absent) and I(lease_dir), a worker the router lists leaves only through a drain slot. Under
+        an exclusive lock beside the leases (C(.drain-slot.lock)), the router must list at least this many
+        healthy workers besides it; the lease is written and the worker removed before the lock is let go. So
+        runs, and the slices of one AWX job, that restart servers at once share one floor, counted live. Where
+        the floor would break, it looks again every 2 seconds for I(slot_timeout) seconds, then fails saying
+        so (the task retries it, one progress line a try).
+    type: int
+    default: 0
+  slot_timeout:
+    description: Seconds one call waits for a drain slot.
+    type: int
+    default: 30
   lease:
     description: What the lease written by I(state=absent) says; required then with I(lease_dir).
     type: dict
@@ -120,6 +135,8 @@ lease:
   type: dict
 """
 
+import fcntl
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -143,6 +160,41 @@ def leased(p, check_mode=False, sleep=time.sleep, clock=time.monotonic, now=time
     return changed, listed, waited, lease
 
 
+SLOT_LOCK = ".drain-slot.lock"
+
+
+class NoSlot(LeaseError):
+    """No drain slot came free in time: the floor would break."""
+
+
+def take_slot(p, url, sleep=time.sleep, clock=time.monotonic):
+    """(fd, listed, waited): the drain-slot lock held (fd) once the router lists at least I(min_in_service)
+    healthy workers besides `url`. The lock is let go between looks, so a run holding it never waits on
+    another; the caller lets go of it (os.close) once its lease is written and the worker is out."""
+    lease_dir, floor, start = p["lease_dir"], p.get("min_in_service") or 0, clock()
+    if not os.path.isdir(lease_dir):
+        os.makedirs(lease_dir, mode=0o750)
+    while True:
+        fd = os.open(os.path.join(lease_dir, SLOT_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            serving, listed = None, None
+        else:
+            listed = workers(p["router_url"].rstrip("/"), p["api_key"])
+            serving = [w["url"] for w in listed if w["healthy"] and w["url"].rstrip("/") != url]
+            if len(serving) >= floor:
+                return fd, listed, clock() - start
+            os.close(fd)
+        if clock() - start >= p.get("slot_timeout", 30):
+            raise NoSlot("no drain slot for %s in %ds: %s; fleet_min_in_service keeps %d in service" % (
+                url, p.get("slot_timeout", 30), "another run held the slot lock" if serving is None else
+                "the router lists %d healthy worker(s) besides it (%s)" % (len(serving), ", ".join(serving) or "none"),
+                floor))
+        sleep(2)
+
+
 def _leased(p, check_mode=False, sleep=time.sleep, clock=time.monotonic, now=time.time):
     lease_dir, url = p.get("lease_dir"), (p["url"] or "").rstrip("/")
     if not lease_dir or p["state"] == "query":
@@ -157,13 +209,20 @@ def _leased(p, check_mode=False, sleep=time.sleep, clock=time.monotonic, now=tim
         spec = p.get("lease")
         if not spec:
             raise LeaseError("state=absent with lease_dir needs lease (its run and the stage's timeouts)")
-        lease = new_lease(url, spec.get("run") or "", spec.get("host") or "",
-                          lease_seconds(spec.get("drain_timeout"), spec.get("start_timeout"), spec.get("gate_timeout")),
-                          now())
-        if not check_mode:
-            write_lease(lease_dir, lease)
-        _, listed, waited = ensure(p, check_mode, sleep, clock)
-        return True, listed, waited, lease
+        slot, waited_slot = None, 0.0
+        if (p.get("min_in_service") or 0) > 0 and find(listed, url) is not None and not check_mode:
+            slot, listed, waited_slot = take_slot(p, url, sleep, clock)
+        try:
+            lease = new_lease(url, spec.get("run") or "", spec.get("host") or "",
+                              lease_seconds(spec.get("drain_timeout"), spec.get("start_timeout"),
+                                            spec.get("gate_timeout")), now())
+            if not check_mode:
+                write_lease(lease_dir, lease)
+            _, listed, waited = ensure(p, check_mode, sleep, clock)
+        finally:
+            if slot is not None:
+                os.close(slot)
+        return True, listed, waited + waited_slot, lease
     changed, listed, waited = ensure(p, check_mode, sleep, clock)
     if existing is not None:
         if not check_mode:
@@ -182,6 +241,8 @@ def main():
             "timeout": {"type": "int", "default": 120},
             "router_down_ok": {"type": "bool", "default": False},
             "lease_dir": {"type": "path", "default": ""},
+            "min_in_service": {"type": "int", "default": 0},
+            "slot_timeout": {"type": "int", "default": 30},
             "lease": {"type": "dict", "options": {
                 "run": {"type": "str", "default": ""},
                 "host": {"type": "str", "default": ""},
@@ -199,6 +260,8 @@ def main():
         if not module.params["router_down_ok"]:
             module.fail_json(msg=str(exc), router_running=False)
         module.exit_json(changed=False, router_running=False, workers=[], waited=0.0, lease=None)
+    except NoSlot as exc:
+        module.fail_json(msg=str(exc), no_slot=True)
     except (RouterError, LeaseError, ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=changed, waited=round(waited, 1), router_running=True, lease=lease,

@@ -116,3 +116,52 @@ def test_a_failed_gate_marks_the_lease_failed_once(tmp_path):
     _, _, listed, unreadable = lease_module.run({"lease_dir": str(tmp_path), "state": "query"}, now=lambda: 1010.0)
     assert [(x["worker"], x["state"], x["expired"]) for x in listed] == [("http://10.0.0.2:30000", "failed", False)]
     assert "failed its gate in run run-1 (gpu-2)" in listed[0]["summary"] and unreadable == []
+
+
+def test_a_worker_leaves_through_a_drain_slot_only_while_the_floor_holds(router, tmp_path):  # noqa: F811
+    """The fake router lists w1 (http://10.0.0.1:30000, healthy); a second worker joins it. With a floor of 1,
+    one of the two may leave; the other may not while the first is out, and may once it is back, healthy."""
+    worker.ensure(params(router))  # http://10.0.0.2:30000 joins, healthy
+    first = params(router, url="http://10.0.0.1:30000", state="absent", lease_dir=str(tmp_path), lease=TIMEOUTS,
+                   min_in_service=1, slot_timeout=0)
+    changed, listed, _, _ = worker.leased(first)
+    assert changed and [w["url"] for w in listed] == ["http://10.0.0.2:30000"]
+    second = dict(first, url="http://10.0.0.2:30000")
+    with pytest.raises(worker.NoSlot, match=r"no drain slot for http://10.0.0.2:30000 in 0s: the router lists 0 "
+                                            r"healthy worker\(s\) besides it \(none\); fleet_min_in_service keeps 1"):
+        worker.leased(second)
+    assert leases.read(str(tmp_path), "http://10.0.0.2:30000") is None, "no lease: it never left"
+    assert [w["url"] for w in worker.workers(router.url, KEY)] == ["http://10.0.0.2:30000"]
+    worker.leased(dict(first, state="present"))  # the first is back and healthy: the slot is free
+    changed, listed, _, _ = worker.leased(second)
+    assert changed and [w["url"] for w in listed] == ["http://10.0.0.1:30000"]
+
+
+def test_a_second_run_waits_for_the_slot_lock_and_says_so(router, tmp_path):  # noqa: F811
+    import fcntl
+    worker.ensure(params(router))
+    out = params(router, url="http://10.0.0.1:30000", state="absent", lease_dir=str(tmp_path), lease=TIMEOUTS,
+                 min_in_service=1, slot_timeout=4)
+    held = os.open(str(tmp_path / worker.SLOT_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another run is taking its worker out
+    clock, naps = [0.0], []
+
+    def sleep(seconds):
+        naps.append(seconds)
+        clock[0] += seconds
+    try:
+        with pytest.raises(worker.NoSlot, match="in 4s: another run held the slot lock"):
+            worker.leased(out, sleep=sleep, clock=lambda: clock[0])
+        assert naps == [2, 2]
+        fcntl.flock(held, fcntl.LOCK_UN)  # it has: the slot is there to take
+        assert worker.leased(out)[0] is True
+    finally:
+        os.close(held)
+
+
+def test_a_floor_of_zero_takes_no_slot_and_check_mode_none(router, tmp_path):  # noqa: F811
+    out = params(router, url="http://10.0.0.1:30000", state="absent", lease_dir=str(tmp_path), lease=TIMEOUTS,
+                 min_in_service=5, slot_timeout=0)
+    assert worker.leased(out, check_mode=True)[0] is True  # check mode says it would leave; it looks at no slot
+    assert worker.leased(dict(out, min_in_service=0))[0] is True
+    assert not (tmp_path / worker.SLOT_LOCK).exists()

@@ -233,3 +233,13 @@ def test_an_open_listener_the_inventory_accepted_is_named():
         "gpu-2": HostResult(ok=80, facts=FACTS)}))
     assert "  ! gpu-1: %s (fleet_allow_open_listeners)" % listener in text.splitlines()
     assert "gpu-2: the server" not in text
+
+
+def test_a_process_the_stopped_server_left_on_its_gpus_is_named_as_ended():
+    ended = ["pid 4242 sglang::schedul (sglang, 655360 MiB on 8 GPUs): ended by SIGKILL before the server started"]
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "gpu-1": HostResult(ok=80, changed=4, facts=dict(FACTS, sglang_server_strays=ended)),
+        "gpu-2": HostResult(ok=80, facts=FACTS)}))
+    assert ("  ! gpu-1: left on its GPUs by the stopped server: pid 4242 sglang::schedul (sglang, 655360 MiB on "
+            "8 GPUs): ended by SIGKILL before the server started") in text.splitlines()
+    assert "gpu-2: left on its GPUs" not in text

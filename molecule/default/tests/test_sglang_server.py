@@ -275,6 +275,37 @@ def test_a_hand_edited_unit_is_found_by_the_read_planned_under_check_and_put_bac
     assert not UNIT_PASS & modules_run(again.hosts[NODES[0]]), again.hosts[NODES[0]].actions
 
 
+def test_a_process_the_old_server_left_on_the_gpus_is_ended_before_the_new_one_starts_and_named(host):
+    """A process of the service user that holds GPU memory (the lab's nvidia-smi lists it, as the real one
+    lists a scheduler that outlived its server's stop) is ended between the stop and the start of a restart,
+    and the report names it; --check names it and ends nothing; the server it would have starved serves."""
+    node = nodes(host)[0]
+    node.check_output("systemd-run --unit=lab-stray --uid=sglang --setenv=LAB_GPU_MEMORY_MIB=81920 "
+                      "/usr/bin/python3 -c 'import time; time.sleep(600)'")
+    try:
+        stray = int(node.check_output("systemctl show -p MainPID --value lab-stray"))
+        apps = node.check_output("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits")
+        assert "%d, 81920" % stray in apps.splitlines()
+        node.check_output("touch %s" % UNIT)  # newer than the running server: it restarts (sglang_server_stale)
+        check = run_playbook(SERVER, INVENTORY, limit=NODES[0], check=True)
+        assert check.rc == 0, check.failure_summary
+        assert node.file("/proc/%d" % stray).exists, "check mode ends nothing"
+        assert ("%s: left on its GPUs by the stopped server: pid %d python3 (sglang, 655360 MiB on 8 GPUs): would be "
+                "ended before the server starts" % (NODES[0], stray)) in fleet.report(check)
+        run = run_playbook(SERVER, INVENTORY, limit=NODES[0])
+        assert run.rc == 0, run.failure_summary
+        assert ("%s: left on its GPUs by the stopped server: pid %d python3 (sglang, 655360 MiB on 8 GPUs): ended "
+                "by SIGTERM before the server started" % (NODES[0], stray)) in fleet.report(run)
+        assert not node.file("/proc/%d" % stray).exists
+        server = node.check_output("systemctl show -p MainPID --value sglang")
+        apps = node.check_output("nvidia-smi --query-compute-apps=pid --format=csv,noheader").split()
+        assert set(apps) == {server}, "only the new server holds the GPUs"
+        again = run_playbook(SERVER, INVENTORY, limit=NODES[0])
+        assert again.rc == 0 and again.changed == 0, again.hosts[NODES[0]].changed_tasks
+    finally:
+        node.run("systemctl stop lab-stray")
+
+
 @pytest.mark.parametrize("extravars,expected", [
     ({"sglang_server_extra_args": ["--enable-flashinfer-allreduce-fusiom"]},
      "sglang 0.5.9 does not accept this command line: unknown flag --enable-flashinfer-allreduce-fusiom "
