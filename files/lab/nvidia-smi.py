@@ -113,21 +113,9 @@ def compute_apps(cfg, proc="/proc"):
 
 
 def query_apps(cfg, fields, fmt):
-    for field in fields:
-        if field not in APP_FIELDS:
-            sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % field)
-            return 2
-    if fmt[0] != "csv":
-        sys.stdout.write("Only CSV format is supported for --query-compute-apps.\n")
-        return 2
-    rows = [[APP_FIELDS[f](app) for f in fields] for app in compute_apps(cfg)]
-    if "noheader" not in fmt:
-        sys.stdout.write(", ".join(APP_FIELDS[f]({"pid": 0, "name": "", "mib": 0, "gpu": cfg["gpus"][0]})[0]
-                                   for f in fields) + "\n")
-    column = 2 if "nounits" in fmt else 1
-    for row in rows:
-        sys.stdout.write(", ".join(cell[column] for cell in row) + "\n")
-    return 0
+    header_row = {"pid": 0, "name": "", "mib": 0, "gpu": cfg["gpus"][0]}
+    return answer_csv("--query-compute-apps", fields, fmt, APP_FIELDS, lambda f, app: APP_FIELDS[f](app),
+                      compute_apps(cfg), header_row)
 
 
 def sensor(field):
@@ -170,22 +158,28 @@ def table(cfg):
     return "\n".join(out) + "\n"
 
 
-def query(cfg, fields, fmt):
+def answer_csv(option, fields, fmt, known, cell, items, header_item):
+    """A --query-* answer as the real CLI prints it: one row per item, `cell(field, item)` giving (header with
+    units, value with units, value without units); the header from `header_item` (None: the field names)."""
     for field in fields:
-        if field not in FIELDS:
+        if field not in known:
             sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % field)
             return 2
     if fmt[0] != "csv":
-        sys.stdout.write("Only CSV format is supported for --query-gpu.\n")
+        sys.stdout.write("Only CSV format is supported for %s.\n" % option)
         return 2
-    rows = [[FIELDS[f](g, cfg) for f in fields] for g in cfg["gpus"]]
+    rows = [[cell(f, item) for f in fields] for item in items]
     if "noheader" not in fmt:
-        sys.stdout.write(", ".join(FIELDS[f](cfg["gpus"][0] if cfg["gpus"] else {}, cfg)[0]
-                                   if cfg["gpus"] else f for f in fields) + "\n")
+        sys.stdout.write(", ".join(cell(f, header_item)[0] if header_item is not None else f for f in fields) + "\n")
     column = 2 if "nounits" in fmt else 1
     for row in rows:
-        sys.stdout.write(", ".join(cell[column] for cell in row) + "\n")
+        sys.stdout.write(", ".join(c[column] for c in row) + "\n")
     return 0
+
+
+def query(cfg, fields, fmt):
+    return answer_csv("--query-gpu", fields, fmt, FIELDS, lambda f, g: FIELDS[f](g, cfg), cfg["gpus"],
+                      cfg["gpus"][0] if cfg["gpus"] else None)
 
 
 P2P_LEGEND = """
