@@ -181,6 +181,12 @@ def _number(value, pattern="%.1f"):
     return "-" if value is None else pattern % value
 
 
+def _rate_cells(rates: dict) -> tuple:
+    """The table's rate columns: GEMM, device memory, host<->device."""
+    return (_number(rates["gemm_bf16_tflops"]), _number(rates["memory_bandwidth_gbps"], "%.0f"),
+            "%s / %s" % (_number(rates["h2d_gbps"]), _number(rates["d2h_gbps"])))
+
+
 def acceptance_rows(acceptance: dict, limit: int | None = None) -> list[tuple]:
     """The per-GPU table's rows (ACCEPTANCE_COLUMNS). Past `limit` rows, a host that passes is one row
     (its GPU count and its slowest GPU's rates): every GPU of a host that fails keeps its own row."""
@@ -191,15 +197,10 @@ def acceptance_rows(acceptance: dict, limit: int | None = None) -> list[tuple]:
             gpus = entry["gpus"]
             lowest = {key: min((g[key] for g in gpus if g[key] is not None), default=None)
                       for key in ("gemm_bf16_tflops", "memory_bandwidth_gbps", "h2d_gbps", "d2h_gbps")}
-            rows.append((host, "all %d (slowest)" % len(gpus), _number(lowest["gemm_bf16_tflops"]),
-                         _number(lowest["memory_bandwidth_gbps"], "%.0f"),
-                         "%s / %s" % (_number(lowest["h2d_gbps"]), _number(lowest["d2h_gbps"])),
-                         "-", "-", "-", "pass"))
+            rows.append((host, "all %d (slowest)" % len(gpus), *_rate_cells(lowest), "-", "-", "-", "pass"))
             continue
         for gpu in entry["gpus"]:
-            rows.append((host, "%s %s" % (gpu["index"], (gpu["uuid"] or "")[:12]), _number(gpu["gemm_bf16_tflops"]),
-                         _number(gpu["memory_bandwidth_gbps"], "%.0f"),
-                         "%s / %s" % (_number(gpu["h2d_gbps"]), _number(gpu["d2h_gbps"])),
+            rows.append((host, "%s %s" % (gpu["index"], (gpu["uuid"] or "")[:12]), *_rate_cells(gpu),
                          gpu["pcie_link"] or "-", _number(gpu["temperature_c"], "%.0f"),
                          ", ".join(str(x) for x in gpu["xids"]) or "-",
                          ("FAIL: " + ", ".join(gpu["failed"])) if gpu["failed"] else "pass"))
