@@ -90,7 +90,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_strays import COMPUTE_APPS_QUERY, classify, compute_apps, describe, end, unit_processes
 
-SERVER_FIELDS = ("pid", "name", "user", "cmdline", "gpus", "used_mib", "found_in", "ended_by")
+STRAY_FIELDS = ("pid", "name", "user", "cmdline", "gpus", "used_mib", "found_in", "ended_by")
 
 
 def main():
@@ -140,8 +140,8 @@ def main():
                 p["kill_timeout"], "; ".join("%s, state %s" % (describe(s), s["state"]) for s in left),
                 " (state D: stuck in the kernel, often the GPU driver; a GPU reset or a reboot ends it)"
                 if any(s["state"] == "D" for s in left) else ""), strays=strays, **result)
-    if not module.check_mode:
-        # The driver frees a context as its process ends; nvidia-smi may list it a moment longer.
+        # The driver frees a context as its process ends; nvidia-smi may list it a moment longer. (With no
+        # stray found, the first look already said the user holds no GPU: nothing to look at again.)
         for _ in range(int(p["kill_timeout"] / 0.5) + 1):
             still, _foreign, _hidden = classify(gpu_apps(), uid, [])
             if not still:
@@ -150,7 +150,7 @@ def main():
         else:
             module.fail_json(msg="nvidia-smi still lists process(es) of %s on the GPUs after their strays ended: %s"
                              % (p["user"], "; ".join(describe(s) for s in still)), strays=strays, **result)
-    module.exit_json(strays=[{k: s.get(k) for k in SERVER_FIELDS} for s in strays],
+    module.exit_json(strays=[{k: s.get(k) for k in STRAY_FIELDS} for s in strays],
                      summary=["%s: %s" % (describe(s), "ended by %s before the server started" % s["ended_by"]
                                            if s.get("ended_by") else "would be ended before the server starts")
                               for s in strays],
