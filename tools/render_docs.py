@@ -1,8 +1,19 @@
 #!/usr/bin/env python3
-"""Regenerate the rendered examples in the role READMEs from the roles themselves.
+"""Regenerate the rendered examples and settings tables in the role READMEs from the roles themselves.
 
     .venv/bin/python tools/render_docs.py           # rewrite every rendered block that differs
     .venv/bin/python tools/render_docs.py --check   # exit 1, showing the diff, when one differs
+
+Every role README's settings table lies between two marker lines, and is made from the role's
+meta/argument_specs.yml (its main entry point: each option's type and description, in the spec's
+order) and defaults/main.yml (each default as the role sets it, a template as written):
+
+    <!-- settings: rendered by tools/render_docs.py from meta/argument_specs.yml and defaults/main.yml -->
+    | setting | type | default | what it does |
+    ...
+    <!-- end of settings -->
+
+tests/unit/test_settings_tables.py fails while a table differs from its render.
 
 A rendered block in a README follows a marker line naming what renders it:
 
@@ -25,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_README = ROOT / "roles/sglang_server/README.md"
@@ -73,21 +86,119 @@ def stale(extravars: dict | None = None) -> str:
                                         str(SERVER_README.relative_to(ROOT)), "rendered"))
 
 
+SETTINGS_MARKER = re.compile(r"^(<!-- settings: rendered by tools/render_docs\.py from meta/argument_specs\.yml and "
+                             r"defaults/main\.yml -->\n)(?P<body>.*?)(^<!-- end of settings -->$)", re.M | re.S)
+# A default longer than this is not inlined: the table points at the defaults file instead.
+LONGEST_INLINE_DEFAULT = 70
+# Ansible's documentation markup in the specs' descriptions, as Markdown.
+MARKUP = {"C": "`%s`", "V": "`%s`", "O": "`%s`", "M": "`%s`", "I": "*%s*", "B": "**%s**", "U": "%s"}
+
+
+def markdown(text: str) -> str:
+    """Ansible's C(), I(), B(), U(), L(text,url)... in a spec description as Markdown; parentheses nest."""
+    out, i = [], 0
+    while i < len(text):
+        letter = text[i]
+        if (letter in MARKUP or letter == "L") and text.startswith("(", i + 1) and (i == 0 or not text[i - 1].isalnum()):
+            depth, j = 0, i + 1
+            while j < len(text):
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                if depth == 0:
+                    break
+                j += 1
+            if j < len(text):
+                inner = text[i + 2:j]
+                if letter == "L":
+                    label, _, url = inner.rpartition(",")
+                    out.append("[%s](%s)" % (label.strip(), url.strip()))
+                else:
+                    out.append(MARKUP[letter] % inner)
+                i = j + 1
+                continue
+        out.append(letter)
+        i += 1
+    return "".join(out)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _default_cell(value) -> str:
+    if isinstance(value, str):
+        shown = '""' if value == "" else value
+    else:
+        shown = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6).strip()
+        shown = shown[:-4].rstrip() if shown.endswith("\n...") else shown
+    if len(shown) > LONGEST_INLINE_DEFAULT:
+        return "see `defaults/main.yml`"
+    return "`%s`" % shown.replace("`", "'")
+
+
+def settings_table(role: str, defaults: dict | None = None) -> str:
+    """The role's settings as a Markdown table: its main entry point's options, in the spec's order."""
+    role_dir = ROOT / "roles" / role
+    spec = yaml.safe_load((role_dir / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]
+    defaults_file = role_dir / "defaults/main.yml"
+    if defaults is None:
+        defaults = (yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else None) or {}
+    rows = ["| setting | type | default | what it does |", "|---|---|---|---|"]
+    for name, option in spec.get("options", {}).items():
+        kind = option.get("type", "str") + (" of %s" % option["elements"] if option.get("elements") else "")
+        if option.get("choices"):
+            kind += ": " + ", ".join("`%s`" % c for c in option["choices"])
+        if name in defaults:
+            default = _default_cell(defaults[name])
+        else:
+            default = "required" if option.get("required") else "none"
+        description = option.get("description", "")
+        description = " ".join(description) if isinstance(description, list) else description
+        rows.append("| `%s` | %s | %s | %s |" % (name, _cell(kind), _cell(default), _cell(markdown(" ".join(description.split())))))
+    return "\n".join(rows) + "\n"
+
+
+def role_readmes() -> list[Path]:
+    return sorted(ROOT.glob("roles/*/README.md"))
+
+
+def updated_settings(readme: Path, defaults: dict | None = None) -> str:
+    """The README's text with its settings table rendered anew; a README without the markers fails."""
+    text = readme.read_text()
+    if len(SETTINGS_MARKER.findall(text)) != 1:
+        raise KeyError("%s has no settings markers (or more than one pair): see tools/render_docs.py" % readme)
+    table = settings_table(readme.parent.name, defaults)
+    return SETTINGS_MARKER.sub(lambda m: m.group(1) + table + m.group(3), text)
+
+
+def settings_stale(role_defaults: dict[str, dict] | None = None) -> str:
+    """The unified diff from every role README's settings table to a render now ("" when all match).
+    role_defaults: {role: its defaults as a test would change them}, for the roles not read from disk."""
+    diff = []
+    for readme in role_readmes():
+        current = readme.read_text()
+        wanted = updated_settings(readme, (role_defaults or {}).get(readme.parent.name))
+        diff += difflib.unified_diff(current.splitlines(True), wanted.splitlines(True),
+                                     str(readme.relative_to(ROOT)), "rendered")
+    return "".join(diff)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block differs")
     options = parser.parse_args(argv)
-    current = SERVER_README.read_text()
-    wanted = updated(current, render_server_units())
-    if wanted == current:
-        return 0
-    if options.check:
-        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), wanted.splitlines(True),
-                                                   str(SERVER_README.relative_to(ROOT)), "rendered"))
+    wanted = {readme: updated_settings(readme) for readme in role_readmes()}
+    wanted[SERVER_README] = updated(wanted[SERVER_README], render_server_units())
+    differ = {readme: text for readme, text in wanted.items() if text != readme.read_text()}
+    for readme, text in differ.items():
+        if options.check:
+            sys.stdout.writelines(difflib.unified_diff(readme.read_text().splitlines(True), text.splitlines(True),
+                                                       str(readme.relative_to(ROOT)), "rendered"))
+        else:
+            readme.write_text(text)
+            print("rewrote %s" % readme.relative_to(ROOT))
+    if differ and options.check:
         print("\nrun tools/render_docs.py to regenerate", file=sys.stderr)
         return 1
-    SERVER_README.write_text(wanted)
-    print("rewrote %s" % SERVER_README.relative_to(ROOT))
     return 0
 
 
