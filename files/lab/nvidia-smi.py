@@ -105,7 +105,9 @@ def compute_apps(cfg, proc="/proc"):
             mib = int(env[b"LAB_GPU_MEMORY_MIB"])
         else:
             continue
-        name = os.path.basename(argv[0].decode("utf-8", "replace")) if argv and argv[0] else "?"
+        # argv[0] as the process was started, as a real host lists it: a venv's python3 by its venv path,
+        # not the interpreter the link resolves to, nor the name sglang's processes set for themselves.
+        name = argv[0].decode("utf-8", "replace") if argv and argv[0] else "?"
         for gpu in gpus:
             rows.append({"pid": pid, "name": name, "gpu": gpu,
                          "mib": mib if mib is not None else int(gpu["memory_mib"] * SERVER_MEMORY_FRACTION)})

@@ -90,7 +90,8 @@ def main():
     def capture(tag):
         for name, argv in queries.items():
             run = sh(argv)
-            (out / ("compute-apps-%s-%s.csv" % (tag, name))).write_text(run["out"])
+            if tag == "holding":  # the capture the unit tests read; the others are in strays.json
+                (out / ("compute-apps-%s-%s.csv" % (tag, name))).write_text(run["out"])
             result["steps"]["%s_%s" % (tag, name)] = run
         result["steps"][tag + "_memory"] = sh(gpu_memory)
         save()
@@ -117,7 +118,7 @@ def main():
                 str(work / (name + ".ready"))]
         if user != "root":
             argv = ["runuser", "-u", user, "--"] + argv
-        procs[name] = subprocess.Popen(argv, stdout=open(out / ("holder-%s.log" % name), "w"), stderr=subprocess.STDOUT,
+        procs[name] = subprocess.Popen(argv, stdout=open(work / ("holder-%s.log" % name), "w"), stderr=subprocess.STDOUT,
                                        env=dict(os.environ, HOME=str(work)), start_new_session=True)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not all((work / (n + ".ready")).exists() for n in holders):
@@ -137,16 +138,16 @@ def main():
     os.chmod(stub / "systemctl", 0o755)
     env = dict(os.environ, PATH="%s:%s:%s" % (stub, venv / "bin", os.environ.get("PATH", "")),
                ANSIBLE_LIBRARY=str(ROOT / "plugins/modules"), ANSIBLE_MODULE_UTILS=str(ROOT / "plugins/module_utils"),
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_CONFIG=os.devnull)
+               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_CONFIG=str(work / "ansible.cfg"))
+    (work / "ansible.cfg").write_text("[defaults]\n")  # no project or user config: the module alone
     module_args = "service=sglang user=%s nvidia_smi=%s term_timeout=5 kill_timeout=15" % (USER, smi)
     for mode in ("check", "real"):
         argv = [str(venv / "bin/ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", "sglang_server_strays",
-                "-a", module_args] + (["--check"] if mode == "check" else [])
+                "-a", module_args, "--one-line"] + (["--check"] if mode == "check" else [])
         run = sh(argv, timeout=180, env=env)
-        try:
-            run["result"] = json.loads(run["out"])["plays"][0]["tasks"][0]["hosts"]["localhost"]
-        except (ValueError, KeyError, IndexError):
+        try:  # one line: "localhost | CHANGED => {...}"
+            run["result"] = json.loads(run["out"].split(" => ", 1)[1])
+        except (ValueError, IndexError):
             pass
         result["steps"]["module_" + mode] = run
         result["alive_after_" + mode] = {n: p.poll() is None for n, p in procs.items()}
@@ -159,6 +160,7 @@ def main():
         except subprocess.TimeoutExpired:
             p.kill()
     result["returncodes"] = {n: p.returncode for n, p in procs.items()}
+    result["holder_logs"] = {n: (work / ("holder-%s.log" % n)).read_text() for n in holders}
     capture("end")
 
 

@@ -118,3 +118,25 @@ def test_the_collector_reads_every_gpu_of_a_lab_node(lab_smi, tmp_path):
     assert 'nvidia_smi_temperature_gpu_celsius{gpu="7"' in text
     check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("fmt,capture", [("csv,noheader,nounits", "h100-compute-apps-noheader-nounits.csv"),
+                                         ("csv", "h100-compute-apps-header.csv")])
+def test_compute_apps_answer_as_the_real_capture_does(lab_smi, fmt, capture):
+    """A process holding GPU memory is listed as the H100 host listed one: pid, its full argv[0] (not its
+    basename, not the name it sets itself), the memory in the format's units, the GPU's uuid."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={"LAB_GPU_MEMORY_MIB": "4706"})
+    try:
+        rc, out = lab_smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=" + fmt)
+    finally:
+        holder.kill()
+        holder.wait()
+    real = (SMI / capture).read_text().splitlines()
+    lab = out.splitlines()
+    if fmt == "csv":
+        assert lab[0] == real[0]
+        lab, real = lab[1:], real[1:]
+    _pid, _name, memory, _uuid = real[0].split(", ")  # 620, /opt/torch/.venv/bin/python3, 4706 MiB, GPU-7b93…
+    assert rc == 0
+    assert [line for line in lab if line.startswith("%d, " % holder.pid)] == [
+        ", ".join([str(holder.pid), sys.executable, memory, H200["gpus"][0]["uuid"]])]

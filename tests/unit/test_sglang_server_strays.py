@@ -190,3 +190,15 @@ def test_compute_apps_rows_are_one_process_each_and_a_name_may_hold_commas():
                     {"pid": 1305, "name": "odd, name", "gpus": ["GPU-a"], "used_mib": None}]
     with pytest.raises(ValueError, match="not pid, name, memory, GPU"):
         compute_apps("No running processes found\n")
+
+
+def test_the_real_host_s_compute_apps_are_read_one_process_each():
+    """The H100 host's answer to the module's own query, with six leftovers of sglang and one of root on its
+    GPU (tests/fixtures/hosts/h100-device/strays), and its answer with none."""
+    smi = Path(__file__).resolve().parents[1] / "fixtures/nvidia-smi"
+    apps = compute_apps((smi / "h100-compute-apps-noheader-nounits.csv").read_text())
+    assert [(a["pid"], a["used_mib"]) for a in apps] == [(620, 4706), (621, 2658), (780, 2658), (779, 4706),
+                                                         (934, 1634), (935, 4706), (936, 2658)]
+    assert {a["name"] for a in apps} == {"/opt/torch/.venv/bin/python3"}
+    assert {g for a in apps for g in a["gpus"]} == {"GPU-7b93e277-31a3-bd6c-58f2-ad3db702f633"}
+    assert compute_apps((smi / "h100-compute-apps-none-noheader-nounits.csv").read_text()) == []

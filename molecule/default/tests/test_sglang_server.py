@@ -290,12 +290,12 @@ def test_a_process_the_old_server_left_on_the_gpus_is_ended_before_the_new_one_s
         check = run_playbook(SERVER, INVENTORY, limit=NODES[0], check=True)
         assert check.rc == 0, check.failure_summary
         assert node.file("/proc/%d" % stray).exists, "check mode ends nothing"
-        assert ("%s: left on its GPUs by the stopped server: pid %d python3 (sglang, 655360 MiB on 8 GPUs): would be "
-                "ended before the server starts" % (NODES[0], stray)) in fleet.report(check)
+        assert ("%s: left on its GPUs by the stopped server: pid %d /usr/bin/python3 (sglang, 655360 MiB on 8 GPUs): "
+                "would be ended before the server starts" % (NODES[0], stray)) in fleet.report(check)
         run = run_playbook(SERVER, INVENTORY, limit=NODES[0])
         assert run.rc == 0, run.failure_summary
-        assert ("%s: left on its GPUs by the stopped server: pid %d python3 (sglang, 655360 MiB on 8 GPUs): ended "
-                "by SIGTERM before the server started" % (NODES[0], stray)) in fleet.report(run)
+        assert ("%s: left on its GPUs by the stopped server: pid %d /usr/bin/python3 (sglang, 655360 MiB on 8 GPUs): "
+                "ended by SIGTERM before the server started" % (NODES[0], stray)) in fleet.report(run)
         assert not node.file("/proc/%d" % stray).exists
         server = node.check_output("systemctl show -p MainPID --value sglang")
         apps = node.check_output("nvidia-smi --query-compute-apps=pid --format=csv,noheader").split()
