@@ -13,7 +13,7 @@ order) and defaults/main.yml (each default as the role sets it, a template as wr
     ...
     <!-- end of settings -->
 
-tests/unit/test_settings_tables.py fails while a table differs from its render.
+tests/unit/test_rendered_docs.py fails while a table differs from its render.
 
 A rendered block in a README follows a marker line naming what renders it:
 
@@ -25,11 +25,16 @@ A rendered block in a README follows a marker line naming what renders it:
 The server's units are rendered from the role defaults alone (no preflight facts), by the playbook the
 tests render them with (tests/playbooks/render_unit.yml), on the controller, touching no host.
 tests/playbooks/test_render_docs.py fails while a README's block differs from its render.
+
+docs/real-hosts.md's fleet report is tools/fleet.py's report() of a recorded lab run
+(tests/fixtures/lab/fleet-report-noop.json: a no-change `bin/lab`, its facts that the report reads);
+tests/unit/test_rendered_docs.py fails while it differs.
 """
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import re
 import subprocess
@@ -41,6 +46,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_README = ROOT / "roles/sglang_server/README.md"
+REAL_HOSTS = ROOT / "docs/real-hosts.md"
+RECORDED_RUN = ROOT / "tests/fixtures/lab/fleet-report-noop.json"
 MARKER = re.compile(r"^(<!-- rendered by tools/render_docs\.py: (?P<name>[\w.-]+) -->\n```\w*\n)(?P<body>.*?)(^```$)",
                     re.M | re.S)
 
@@ -67,12 +74,22 @@ def render_server_units(extravars: dict | None = None) -> dict[str, str]:
                 for name in ("sglang.service", "sglang-gpu-init.service")}
 
 
-def updated(text: str, rendered: dict[str, str]) -> str:
-    """The README's text with every marked block replaced by its render; a marker naming no render fails."""
+def render_fleet_report(recorded: Path = RECORDED_RUN) -> dict[str, str]:
+    """{"fleet-report": the report tools/fleet.py prints for the recorded run}."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import fleet  # noqa: PLC0415  tools/ is not a package
+    data = json.loads(recorded.read_text())
+    run = fleet.PlaybookRun(data["playbook"], [], data["status"], data["rc"],
+                            {host: fleet.HostResult(**result) for host, result in data["hosts"].items()})
+    return {"fleet-report": fleet.report(run).lstrip("\n")}
+
+
+def updated(text: str, rendered: dict[str, str], path: Path = SERVER_README) -> str:
+    """The document's text with every marked block replaced by its render; a marker naming no render fails."""
     def replace(match):
         name = match.group("name")
         if name not in rendered:
-            raise KeyError("%s names %s, which tools/render_docs.py does not render" % (SERVER_README, name))
+            raise KeyError("%s names %s, which tools/render_docs.py does not render" % (path, name))
         body = rendered[name] if rendered[name].endswith("\n") else rendered[name] + "\n"
         return match.group(1) + body + match.group(4)
     return MARKER.sub(replace, text)
@@ -170,6 +187,14 @@ def updated_settings(readme: Path, defaults: dict | None = None) -> str:
     return SETTINGS_MARKER.sub(lambda m: m.group(1) + table + m.group(3), text)
 
 
+def report_stale(recorded: Path = RECORDED_RUN) -> str:
+    """The unified diff from docs/real-hosts.md's fleet report to the recorded run's ("" when the same)."""
+    current = REAL_HOSTS.read_text()
+    wanted = updated(current, render_fleet_report(recorded), REAL_HOSTS)
+    return "".join(difflib.unified_diff(current.splitlines(True), wanted.splitlines(True),
+                                        str(REAL_HOSTS.relative_to(ROOT)), "rendered"))
+
+
 def settings_stale(role_defaults: dict[str, dict] | None = None) -> str:
     """The unified diff from every role README's settings table to a render now ("" when all match).
     role_defaults: {role: its defaults as a test would change them}, for the roles not read from disk."""
@@ -188,6 +213,7 @@ def main(argv=None) -> int:
     options = parser.parse_args(argv)
     wanted = {readme: updated_settings(readme) for readme in role_readmes()}
     wanted[SERVER_README] = updated(wanted[SERVER_README], render_server_units())
+    wanted[REAL_HOSTS] = updated(REAL_HOSTS.read_text(), render_fleet_report(), REAL_HOSTS)
     differ = {readme: text for readme, text in wanted.items() if text != readme.read_text()}
     for readme, text in differ.items():
         if options.check:

@@ -1,8 +1,10 @@
-"""Each role README's settings table is rendered from the role's own argument_specs and defaults
-(tools/render_docs.py), so a README cannot name a setting the role lost, miss one it gained, or show a
-default the role no longer has."""
+"""The docs' rendered parts are made by tools/render_docs.py from the code: each role README's settings
+table from the role's argument_specs and defaults (a README cannot name a setting the role lost, miss one
+it gained, or show a default the role no longer has), and the fleet report in docs/real-hosts.md by
+tools/fleet.py's report() of a recorded lab run (the page cannot show columns the report lost)."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from render_docs import markdown, role_readmes, settings_stale, settings_table  # noqa: E402
+from render_docs import RECORDED_RUN, markdown, report_stale, role_readmes, settings_stale, settings_table  # noqa: E402
 
 
 def test_every_role_readme_shows_the_settings_its_role_declares():
@@ -41,3 +43,17 @@ def test_ansible_markup_reads_as_markdown_with_nested_parentheses():
     assert markdown("Set C(foo(bar)) or I(x), see L(the docs,https://example.org/a) and B(not) U(https://x.y)") == \
         "Set `foo(bar)` or *x*, see [the docs](https://example.org/a) and **not** https://x.y"
     assert markdown("ABC(x) stays") == "ABC(x) stays"
+
+
+def test_the_real_hosts_page_shows_the_report_tools_fleet_prints_for_the_recorded_run():
+    diff = report_stale()
+    assert not diff, "docs/real-hosts.md's fleet report differs: run tools/render_docs.py to regenerate\n" + diff
+
+
+def test_a_report_that_prints_otherwise_fails_until_the_page_is_regenerated(tmp_path):
+    recorded = json.loads(RECORDED_RUN.read_text())
+    recorded["hosts"]["lab-gpu-2"]["changed"] = 3
+    changed = tmp_path / "run.json"
+    changed.write_text(json.dumps(recorded))
+    diff = report_stale(changed)
+    assert "+  lab-gpu-2     107  3        0" in diff and "+  3 host(s) ok, 0 failed; 3 change(s) in all" in diff
