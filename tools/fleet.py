@@ -457,6 +457,9 @@ def report(run: PlaybookRun) -> str:
         fusion = r.facts.get("sglang_server_fusion") or {}
         if fusion.get("switch") == "auto" and fusion.get("enabled") in (False, "False", "false"):
             lines.append("  i %s: serves without allreduce fusion: %s" % (host, fusion.get("reason")))
+        if r.facts.get("sglang_verify_keys_shown"):
+            lines.append("  ! %s: /server_info hands %s to every client-key holder (sglang_patches_redact_secrets)"
+                         % (host, " and ".join(r.facts["sglang_verify_keys_shown"])))
         for listener in r.facts.get("fleet_open_listeners") or []:
             lines.append("  ! %s: %s (fleet_allow_open_listeners)" % (host, listener))
         monitoring = r.facts.get("fleet_monitoring_status")

@@ -503,6 +503,8 @@ class Handler(BaseHTTPRequestHandler):
             info.setdefault("enable_flashinfer_allreduce_fusion", False)
             info["internal_states"] = [{"avg_spec_accept_length": self.server.accept_length}
                                        if self.server.speculative else {}]
+            if getattr(self.server, "info_redacted", False):
+                info.update({k: "<redacted>" for k in SECRET_ARGS if info.get(k)})
             return self.send_json(200, dict(info, version="lab"))
         return self.send_json(404, {"error": "not found"})
 
@@ -652,6 +654,19 @@ def merge_config(argv, site, flags):
 
 # sglang-fleet's patch that makes EAGLE-3 read reduced states under allreduce fusion (sglang_patches).
 CAPTURE_MARKER = "# BEGIN sglang-fleet patch eagle3_fused_allreduce_capture"
+# sglang-fleet's patch that keeps the keys out of /server_info's answer (sglang_patches).
+SERVER_INFO_MARKER = "# BEGIN sglang-fleet patch server_info_redact_secrets"
+SECRET_ARGS = ("api_key", "admin_api_key")
+
+
+def server_info_is_redacted(site):
+    """Whether the installed http_server.py answers /server_info without the keys: our block in it.
+    Unpatched, 0.5.9 answers with every ServerArgs field, the keys as they are."""
+    try:
+        with open(os.path.join(site, "sglang/srt/entrypoints/http_server.py")) as handle:
+            return SERVER_INFO_MARKER in handle.read()
+    except OSError:
+        return False
 
 
 def capture_is_right(site):
@@ -727,6 +742,7 @@ def main(argv):
         sys.stderr.write("lab-server: %s: %s\n" % (GSM8K, error))
         return 2
     server.api_key, server.admin_api_key = parsed.get("api_key"), parsed.get("admin_api_key")
+    server.info_redacted = server_info_is_redacted(site)
     try:
         server.routes = route_auth_levels(site)
     except (OSError, SyntaxError, ValueError) as error:

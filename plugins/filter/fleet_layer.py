@@ -288,7 +288,7 @@ SET_AT_RUN_TIME = frozenset({
     "sglang_server_fusion", "sglang_server_group", "sglang_server_intent", "sglang_server_leases",
     "sglang_server_min_in_service", "sglang_server_rollout_batches", "sglang_server_rollout_units",
     "sglang_server_router_state", "sglang_server_run_id", "sglang_server_state", "sglang_server_strays",
-    "sglang_verify_accept_length", "sglang_verify_status",
+    "sglang_verify_accept_length", "sglang_verify_keys_shown", "sglang_verify_status",
 })
 
 _role_settings = None

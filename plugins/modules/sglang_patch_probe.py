@@ -40,6 +40,7 @@ options:
       - sm120_allreduce_fusion_gate
       - sm120_flashinfer_trtllm_comm
       - server_args_redact_secrets
+      - server_info_redact_secrets
       - eagle3_fused_allreduce_capture
   symm_mem_max_sizes_mib:
     description: World size to maximum symmetric-memory all-reduce size (MiB) for capability 12.
@@ -147,6 +148,7 @@ from ansible.module_utils.sglang_patch_ast import (  # noqa: F401
 from ansible.module_utils.sglang_patch_eagle3_fused_allreduce_capture import Eagle3FusedAllreduceCapture
 from ansible.module_utils.sglang_patch_kimi_k25_eagle3 import KimiK25Eagle3
 from ansible.module_utils.sglang_patch_server_args_redact_secrets import ServerArgsRedactSecrets
+from ansible.module_utils.sglang_patch_server_info_redact_secrets import ServerInfoRedactSecrets
 from ansible.module_utils.sglang_patch_sm120_allreduce_fusion_gate import AllreduceFusionGate
 from ansible.module_utils.sglang_patch_sm120_flashinfer_trtllm_comm import FlashinferTrtllmComm
 from ansible.module_utils.sglang_patch_sm120_symm_mem_max_sizes import SymmMemMaxSizes
@@ -155,7 +157,8 @@ from ansible.module_utils.sglang_patch_sm120_symm_mem_multimem import SymmMemMul
 # Each patch's knowledge (where it goes, how to tell upstream has it or drifted, its block, how to
 # verify it) lives in its own module_utils file; this module only runs them.
 PATCHES = {p.name: p for p in (KimiK25Eagle3(), SymmMemMaxSizes(), SymmMemMultimem(), AllreduceFusionGate(),
-                               FlashinferTrtllmComm(), ServerArgsRedactSecrets(), Eagle3FusedAllreduceCapture())}
+                               FlashinferTrtllmComm(), ServerArgsRedactSecrets(), ServerInfoRedactSecrets(),
+                               Eagle3FusedAllreduceCapture())}
 ALL_PATCHES = tuple(PATCHES)
 
 

@@ -11,6 +11,9 @@ description:
   - Reads C(/get_server_info) of the server, that is the server arguments it actually runs with
     (after its own defaults and adjustments) and its internal state (the speculative accept length).
   - Fails, naming every difference, when a key of I(expect) differs from what the server reports.
+  - Names the key fields (C(api_key), C(admin_api_key)) that the answer holds as they are, not as
+    C(<redacted>). sglang 0.5.9 hands them to every holder of the client key unless sglang_patches'
+    C(server_info_redact_secrets) is applied. Their values are never returned.
   - Changes nothing.
 options:
   url:
@@ -54,6 +57,12 @@ accept_length:
   type: float
   returned: always
   sample: 2.65
+keys_shown:
+  description: The names of the key fields the answer holds in the clear (their values are not returned).
+  type: list
+  elements: str
+  returned: always
+  sample: [api_key]
 mismatches:
   description: One line for each expected key the server reports otherwise.
   type: list
@@ -84,6 +93,14 @@ def compare(expect, info):
             for key, value in sorted(expect.items()) if not same(value, info.get(key))]
 
 
+SECRET_FIELDS = ("api_key", "admin_api_key")
+
+
+def keys_shown(info):
+    """The key fields the answer holds as they are: set, and not sglang's or our patch's placeholder."""
+    return [k for k in SECRET_FIELDS if isinstance(info.get(k), str) and info[k] not in ("", "<redacted>")]
+
+
 def accept_length(info):
     states = info.get("internal_states") or []
     value = states[0].get("avg_spec_accept_length") if states and isinstance(states[0], dict) else None
@@ -111,6 +128,7 @@ def main():
         info = info["decode"][0]
     mismatches = compare(p["expect"], info)
     result = {"changed": False, "mismatches": mismatches, "accept_length": accept_length(info),
+              "keys_shown": keys_shown(info),
               "server_args": dict({k: info.get(k) for k in p["expect"]}, version=info.get("version"))}
     if mismatches:
         module.fail_json(msg="The server's own configuration differs from the inventory: " + "; ".join(mismatches),

@@ -243,3 +243,12 @@ def test_a_process_the_stopped_server_left_on_its_gpus_is_named_as_ended():
     assert ("  ! gpu-1: left on its GPUs by the stopped server: pid 4242 sglang::schedul (sglang, 655360 MiB on "
             "8 GPUs): ended by SIGKILL before the server started") in text.splitlines()
     assert "gpu-2: left on its GPUs" not in text
+
+
+def test_a_server_that_hands_its_keys_to_any_client_is_named():
+    text = report(PlaybookRun("site.yml", ["x"], "successful", 0, {
+        "gpu-1": HostResult(ok=80, facts=dict(FACTS, sglang_verify_keys_shown=["api_key", "admin_api_key"])),
+        "gpu-2": HostResult(ok=80, facts=dict(FACTS, sglang_verify_keys_shown=[]))}))
+    assert ("  ! gpu-1: /server_info hands api_key and admin_api_key to every client-key holder "
+            "(sglang_patches_redact_secrets)") in text.splitlines()
+    assert "gpu-2: /server_info" not in text

@@ -151,3 +151,32 @@ def test_the_verify_module_fails_where_the_client_key_opens_the_admin_routes(lab
     wrong = lab("client-key-5f1", "another-admin-key")
     result = run_admin_auth(capsys, {"url": wrong.url, "api_key": "client-key-5f1", "admin_api_key": "admin-key-9c2"})
     assert result["failed"] and "the admin key got 401" in result["msg"]
+
+
+def run_server_info(capsys, args):
+    import sglang_server_info
+    from ansible.module_utils.testing import patch_module_args
+    with patch_module_args(args), pytest.raises(SystemExit):
+        sglang_server_info.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_verify_names_the_keys_an_unpatched_server_hands_out_and_none_once_patched(lab, lab_server, site_packages,
+                                                                                    capsys):
+    """0.5.9 unpatched answers /get_server_info with its keys to any client-key holder; the lab server does
+    so until the installed http_server.py carries server_info_redact_secrets, as the real one (its own test:
+    test_sglang_patch_probe.py). The verify module names the fields, never their values."""
+    from test_sglang_patch_probe import write_blocks
+    server = lab("client-key-5f1", "admin-key-9c2")
+    server.server.args = {"model_path": "m", "api_key": "client-key-5f1", "admin_api_key": "admin-key-9c2"}
+    site = site_packages()
+    assert lab_server.server_info_is_redacted(site) is False
+    result = run_server_info(capsys, {"url": server.url, "api_key": "client-key-5f1"})
+    assert result["keys_shown"] == ["api_key", "admin_api_key"]
+    assert "key-5f1" not in json.dumps(result) and "key-9c2" not in json.dumps(result)
+    write_blocks(site)
+    server.server.info_redacted = lab_server.server_info_is_redacted(site)
+    assert server.server.info_redacted is True
+    status, answer = server.ask("GET", "/get_server_info", "client-key-5f1")
+    assert status == 200 and (answer["api_key"], answer["admin_api_key"]) == ("<redacted>", "<redacted>")
+    assert run_server_info(capsys, {"url": server.url, "api_key": "client-key-5f1"})["keys_shown"] == []

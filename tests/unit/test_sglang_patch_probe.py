@@ -125,7 +125,7 @@ def test_a_gate_flag_read_elsewhere_is_drift(site_packages):
 
 def test_verify_fails_on_an_unpatched_tree(site_packages):
     _, errors = plan(site_packages(), mode="verify")
-    assert len(errors) == len(ALL) == 7 and all(e.endswith("not applied") for e in errors)
+    assert len(errors) == len(ALL) == 8 and all(e.endswith("not applied") for e in errors)
 
 
 def test_methods_at_module_level_are_not_in_effect():
@@ -204,3 +204,68 @@ def test_verify_finds_a_capture_block_placed_after_the_capture(site_packages):
     tree = ast.parse("".join(lines[:anchor + 7]) + entry["block"] + "\n" + "".join(lines[anchor + 7:]))
     assert probe_mod.PATCHES[CAPTURE].in_effect(tree, SETTINGS) == \
         "the reduction comes after the capture in DeepseekV2Model.forward"
+
+
+class _App:
+    """What the patched module uses of FastAPI: app.get(path) registers a route, app.router.routes lists them."""
+
+    def __init__(self):
+        self.router = type("Router", (), {"routes": []})()
+
+    def get(self, path):
+        def register(endpoint):
+            self.router.routes.append(type("Route", (), {"path": path, "endpoint": staticmethod(endpoint)})())
+            return endpoint
+        return register
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10"])
+def test_server_info_answers_without_the_keys_on_both_routes(site_packages, version):
+    """sglang's own server_info and get_server_info, with the patch's block where the role writes it, run
+    against a server with both keys: neither route's answer holds either key; every other field is kept."""
+    import asyncio
+    import dataclasses
+    import logging
+    import typing
+    site = site_packages(version)
+    write_blocks(site)
+    path = site / "sglang/srt/entrypoints/http_server.py"
+    tree = ast.parse(path.read_text())
+    assert probe_mod.PATCHES["server_info_redact_secrets"].in_effect(tree, SETTINGS) is None
+    # The routes and the block, in the file's order; the rest of the module (FastAPI, the scheduler) is faked.
+    begin = next(i for i, n in enumerate(tree.body) if isinstance(n, ast.AsyncFunctionDef) and n.name == "get_server_info")
+    end = next(i for i, n in enumerate(tree.body) if ast.unparse(n) == "app.get('/server_info')(server_info)")
+    module = ast.Module(body=tree.body[begin:end + 1], type_ignores=[])
+
+    @dataclasses.dataclass
+    class ServerArgs:
+        model_path: str = "/models/kimi"
+        api_key: str = "client-s3cret"
+        admin_api_key: str = "admin-s3cret"
+
+    async def internal_state():
+        return [{"avg_spec_accept_length": 2.65}]
+    manager = type("TokenizerManager", (), {"server_args": ServerArgs(), "get_internal_state": staticmethod(internal_state)})
+    state = type("GlobalState", (), {"tokenizer_manager": manager, "scheduler_info": {"max_total_num_tokens": 4096}})
+    namespace = {"app": _App(), "_global_state": state, "dataclasses": dataclasses, "logger": logging.getLogger("t"),
+                 "__version__": version, "List": typing.List, "Dict": typing.Dict, "Any": typing.Any}
+    exec(compile(module, str(path), "exec"), namespace)
+    routes = {r.path: r.endpoint for r in namespace["app"].router.routes}
+    assert [r.path for r in namespace["app"].router.routes].count("/server_info") == 1
+    for route in ("/server_info", "/get_server_info"):
+        answer = asyncio.run(routes[route]())
+        assert "s3cret" not in repr(answer), route
+        assert (answer["api_key"], answer["admin_api_key"]) == ("<redacted>", "<redacted>")
+        assert answer["model_path"] == "/models/kimi" and answer["max_total_num_tokens"] == 4096
+        assert answer["internal_states"] == [{"avg_spec_accept_length": 2.65}] and answer["version"] == version
+    manager.server_args = ServerArgs(api_key=None, admin_api_key=None)
+    assert asyncio.run(routes["/server_info"]())["api_key"] is None  # no key: nothing to redact, None as before
+
+
+def test_server_info_redaction_refuses_a_file_whose_route_moved(site_packages):
+    site = site_packages()
+    path = site / "sglang/srt/entrypoints/http_server.py"
+    text = path.read_text()
+    path.write_text(text.replace('@app.get("/get_load")', '@app.get("/load_moved")', 1))
+    _, errors = plan(site, names=["server_info_redact_secrets"])
+    assert errors and "server_info_redact_secrets" in errors[0] and "http_server.py" in errors[0]

@@ -55,7 +55,8 @@ def test_the_patch_report_is_a_local_fact(host):
     assert {p["name"]: p["status"] for p in report["patches"]} == {
         "kimi_k25_eagle3": "applied", "sm120_symm_mem_max_sizes": "applied", "sm120_symm_mem_multimem": "applied",
         "sm120_allreduce_fusion_gate": "applied", "sm120_flashinfer_trtllm_comm": "applied",
-        "server_args_redact_secrets": "applied", "eagle3_fused_allreduce_capture": "applied"}
+        "server_args_redact_secrets": "applied", "server_info_redact_secrets": "applied",
+        "eagle3_fused_allreduce_capture": "applied"}
 
 
 # A rerun of both stages, and one under --check, change nothing: test_site.py's rerun and
