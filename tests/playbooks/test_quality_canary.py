@@ -4,8 +4,8 @@ server on loopback, in each of its modes. A correct install passes and becomes t
 slow, low-accept or garbage one fails, naming the measure, and leaves the baseline as it was. The key
 reaches no command line, task result or file of the run, in any encoding.
 
-The molecule default scenario runs the same gate inside a real rollout (the rollback, the other host never
-restarting): molecule/default/tests/test_sglang_upgrades_quality.py."""
+The molecule changes scenario runs the same gate inside a real rollout (the rollback, the other host never
+restarting): molecule/changes/tests/test_sglang_upgrades_quality.py."""
 import json
 import subprocess
 import sys

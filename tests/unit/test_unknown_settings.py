@@ -86,7 +86,7 @@ def _inventory_files():
     for path in sorted([*(ROOT / "inventory").glob("*/group_vars/*.yml"), *(ROOT / "inventory").glob("*/host_vars/*.yml"),
                         *(ROOT / "molecule").glob("*/host_vars/*.yml"), *(ROOT / "molecule").glob("*/group_vars/*.yml")]):
         files[path] = set(yaml.safe_load(path.read_text()) or {})
-    for scenario in sorted((ROOT / "molecule").glob("*/molecule.yml")):
+    for scenario in sorted([ROOT / ".config/molecule/config.yml", *(ROOT / "molecule").glob("*/molecule.yml")]):
         provisioner = yaml.safe_load(scenario.read_text()).get("provisioner") or {}
         inventory = provisioner.get("inventory") or {}
         names = set(provisioner.get("connection_options") or {})
@@ -103,7 +103,8 @@ INVENTORY_FILES = _inventory_files()
 def test_the_repository_s_inventories_are_all_read():
     names = {str(path.relative_to(ROOT)) for path in INVENTORY_FILES}
     assert {"inventory/lab/group_vars/all.yml", "inventory/example/group_vars/gpu_nodes.yml", "inventory/example/hosts.yml",
-            "molecule/default/host_vars/fleet-gpu-1.yml", "molecule/sglang_router/molecule.yml"} <= names
+            "molecule/default/host_vars/fleet-gpu-1.yml", "molecule/sglang_router/molecule.yml",
+            ".config/molecule/config.yml"} <= names
     assert "sglang_server_serial" in INVENTORY_FILES[ROOT / "inventory/example/group_vars/gpu_nodes.yml"]
 
 

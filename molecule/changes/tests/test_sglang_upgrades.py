@@ -13,7 +13,7 @@ from fleet import describe_server, report, run_playbook
 ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SITE = ROOT / "site.yml"
-NODES = ["fleet-gpu-1", "fleet-gpu-2"]
+NODES = ["chg-gpu-1", "chg-gpu-2"]
 ADDRESSES = ["127.0.1.1", "127.0.1.2"]
 UNIT = "/etc/systemd/system/sglang.service"
 STAGES = "sglang,flash_attn,patches,server"  # an upgrade, as an operator runs it
@@ -71,7 +71,8 @@ def test_an_upgrade_is_checked_then_built_beside_the_install_in_service_and_swit
     check = run_playbook(SITE, INVENTORY, tags=STAGES, limit=NODES[0], check=True, extravars=RELEASE_2)
     release_2 = check.hosts[NODES[0]].facts["sglang_install_id"]
     said = [res["msg"] for task, res in check.hosts[NODES[0]].results if task == "What would be switched is said"]
-    assert check.rc == 0 and release_2 != release_1
+    assert check.rc == 0, check.failure_summary
+    assert release_2 != release_1
     assert said == ["%s: would switch %s -> %s once the sglang stage has built it, then restart and gate"
                     % (NODES[0], release_1, release_2)]
     assert installs(first) == before and links(first)["current"] == "venvs/" + release_1
@@ -79,7 +80,8 @@ def test_an_upgrade_is_checked_then_built_beside_the_install_in_service_and_swit
     served = digest(first, release_1)
     run = run_playbook(SITE, INVENTORY, tags=STAGES, limit=NODES[0], extravars=RELEASE_2)
     facts = run.hosts[NODES[0]].facts
-    assert run.rc == 0 and facts["sglang_install_id"] == release_2
+    assert run.rc == 0, run.failure_summary
+    assert facts["sglang_install_id"] == release_2
     assert facts["sglang_server_state"]["gate"] == "passed"
     assert links(first) == {"current": "venvs/" + release_2, "previous": "venvs/" + release_1}
     assert installs(first) == before | {release_2}
@@ -202,7 +204,8 @@ def test_a_host_from_before_versioned_installs_is_taken_over_without_a_reinstall
     assert second.file("/opt/sglang/venv").is_directory and "/opt/sglang/venv/bin/python" in second.file(UNIT).content_string
     run = run_playbook(SITE, INVENTORY, tags=STAGES, limit=NODES[1])
     result = run.hosts[NODES[1]]
-    assert run.rc == 0 and result.facts["sglang_install_id"] == release_1
+    assert run.rc == 0, run.failure_summary
+    assert result.facts["sglang_install_id"] == release_1
     said = [res["msg"] for task, res in result.results if task == "The install is announced"]
     assert said == ["install %s: taken over from /opt/sglang/venv; in service: none" % release_1]
     assert not [task for task in result.changed_tasks if task.startswith(("The install's venv exists", "The pinned"))]

@@ -14,7 +14,7 @@ from fleet import report, run_playbook
 ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SITE = ROOT / "site.yml"
-NODES = ["fleet-gpu-1", "fleet-gpu-2"]
+NODES = ["chg-gpu-1", "chg-gpu-2"]
 STAGES = "sglang,flash_attn,patches,server"
 # A new install id with the same wheels: one patch switched off (as test_sglang_upgrades.py's release 2).
 NEW_INSTALL = {"sglang_patches_redact_secrets": False}
@@ -37,7 +37,7 @@ def started_at(node):
 
 
 def baselines(node):
-    """The fleet's baselines, on the lock host (the first GPU host: the default scenario has no router)."""
+    """The fleet's baselines, on the lock host (the first GPU host: the scenario has no router)."""
     return json.loads(node.check_output("cat %s" % BASELINES))
 
 
