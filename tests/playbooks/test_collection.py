@@ -115,7 +115,7 @@ PATCH_SET = """
   gather_facts: false
   vars:
     role_path: "{{ sglang_role }}"
-  vars_files: ["{{ sglang_role }}/vars/main.yml"]
+  vars_files: ["{{ sglang_role }}/../fleet/vars/main.yml", "{{ sglang_role }}/vars/main.yml"]
   tasks:
     - name: Say it
       ansible.builtin.debug:

@@ -13,7 +13,7 @@ from fleet import run_playbook
 EARLIER_PATCH_SET = r"""
   code: >-
     {{ query('ansible.builtin.file', role_path ~ '/../../plugins/modules/sglang_patch_probe.py',
-             *(query('ansible.builtin.fileglob', __sglang_plugins ~ '/module_utils/sglang_patch_*.py') | sort))
+             *(query('ansible.builtin.fileglob', role_path ~ '/../../plugins/module_utils/sglang_patch_*.py') | sort))
        | join('\n') | regex_replace('ansible_collections\.\w+\.\w+\.plugins\.module_utils\.', 'ansible.module_utils.')
        | hash('sha256') }}
   defaults: "{{ lookup('ansible.builtin.file', role_path ~ '/../sglang_patches/defaults/main.yml') | hash('sha256') }}"
@@ -30,7 +30,8 @@ PLAYBOOK = """
   vars:
     role_path: "{{ tree }}/roles/sglang"
     earlier_patch_set:%s
-  vars_files: ["{{ tree }}/roles/sglang/defaults/main.yml", "{{ tree }}/roles/sglang/vars/main.yml"]
+  vars_files: ["{{ tree }}/roles/fleet/vars/main.yml", "{{ tree }}/roles/sglang/defaults/main.yml",
+               "{{ tree }}/roles/sglang/vars/main.yml"]
   tasks:
     - name: The installs are read
       sglang_venvs:
@@ -77,7 +78,7 @@ def serving(root, name, recorded):
 
 def test_a_host_serving_an_earlier_releases_install_keeps_it_through_the_change_and_through_comments(tmp_path):
     tree = tmp_path / "tree"
-    for part in ("roles/sglang", "roles/sglang_patches", "plugins/modules", "plugins/module_utils"):
+    for part in ("roles/fleet", "roles/sglang", "roles/sglang_patches", "plugins/modules", "plugins/module_utils"):
         shutil.copytree(ROOT / part, tree / part)
     root = tmp_path / "opt-sglang"
 

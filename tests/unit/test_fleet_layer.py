@@ -222,6 +222,37 @@ def test_a_stage_that_needs_every_gpu_host_is_refused_in_a_slice_naming_those_it
     assert "without g01, g02, g03, g04, g05, g06, g07, g08 and 11 more," in problem
 
 
+# A path that climbs out of the role it is written in: role_path, then /.. (in a template string or joined
+# with ~ or +), or its dirname.
+REACH_OUT = re.compile(r"role_path\s*(?:\}\}\s*|[~+]\s*['\"]\s*)/\.\.|role_path\s*\|\s*dirname")
+
+
+def test_the_reach_out_of_a_role_is_seen_however_it_is_spelt():
+    for text in ("a: \"{{ role_path }}/../../plugins\"", "a: \"{{ (role_path ~ '/../../files/x') | realpath }}\"",
+                 "{{ lookup('file', role_path ~ \"/../other/vars/main.yml\") }}", "{{ role_path + '/..' }}",
+                 "{{ role_path | dirname }}"):
+        assert REACH_OUT.search(text), text
+    for text in ("a: \"{{ role_path }}/files/x\"", "{{ role_path ~ '/templates' }}", "{{ __fleet_plugins }}/.."):
+        assert not REACH_OUT.search(text), text
+
+
+def test_only_the_fleet_layer_reaches_outside_its_role():
+    """A role that reads another role's files, or the project's plugins/ and files/, through its own
+    role_path couples itself to where the others sit: those paths are the fleet layer's (roles/fleet/vars/main.yml),
+    named once, and every other role reads them by name."""
+    found = []
+    for path in sorted((ROOT / "roles").rglob("*")):
+        if not path.is_file() or path.is_relative_to(ROOT / "roles/fleet") or "__pycache__" in path.parts:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += ["%s:%d: %s" % (path.relative_to(ROOT), number, line.strip())
+                  for number, line in enumerate(text.splitlines(), 1) if REACH_OUT.search(line)]
+    assert found == [], "roles reaching outside themselves (name the path in roles/fleet/vars/main.yml):\n" + "\n".join(found)
+
+
 def test_a_setting_set_under_the_name_it_had_before_the_fleet_layer_is_refused_naming_the_new_one():
     """An inventory written for an earlier release would otherwise be silently ignored."""
     assert fleet_problems("box", {"box": {"cuda_toolkit_release": "13.1", "sglang_server_port": 31000}}) == [
