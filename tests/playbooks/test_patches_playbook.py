@@ -16,7 +16,8 @@ TARGETS = ["sglang/srt/models/kimi_k25.py",
            "sglang/srt/layers/communicator.py",
            "flashinfer/jit/comm.py",
            "sglang/srt/server_args.py",
-           "sglang/srt/models/deepseek_v2.py"]
+           "sglang/srt/models/deepseek_v2.py",
+           "sglang/srt/entrypoints/http_server.py"]
 
 
 @pytest.fixture
@@ -75,6 +76,7 @@ def test_patch_verify_rerun_check_and_revert(inventory, site_packages):
     assert "12: {2: 64 * MiB, 4: 64 * MiB, 6: 128 * MiB, 8: 128 * MiB}," in (site / TARGETS[1]).read_text()
     assert "supported_major_versions=[9, 10, 12]" in (site / TARGETS[4]).read_text()
     assert "hidden_states = tensor_model_parallel_all_reduce(hidden_states)" in (site / TARGETS[6]).read_text()
+    assert "server_info = _sglang_fleet_without_keys(server_info)" in (site / TARGETS[7]).read_text()
 
     run, host = patch(inventory, site)
     assert run.rc == 0 and host.changed == 0                  # idempotent
