@@ -171,3 +171,18 @@ def test_without_a_usable_password_the_stage_stops_before_any_change_naming_it(t
     for host in SERVERS:
         assert "Action failed: %s: %s" % (host, says) in run.stdout, run.stdout
     assert not password or password.strip() not in run.stdout + run.stderr
+
+
+def test_with_a_certificate_all_three_serve_tls_and_prometheus_checks_it(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")  # promtool checks that the file is there; Prometheus reads it at its first scrape
+    run = playbook(tmp_path, inventory(tmp_path, SERVERS), fleet_monitoring_web_tls_cert_file="/etc/ssl/mon/cert.pem",
+                   fleet_monitoring_web_tls_key_file="/etc/ssl/mon/key.pem", fleet_monitoring_web_tls_ca_file=str(ca))
+    assert run.returncode == 0, run.stdout + run.stderr
+    web = yaml.safe_load((tmp_path / "out/monitoring-web.yml").read_text())
+    assert web["tls_server_config"] == {"cert_file": "/etc/ssl/mon/cert.pem", "key_file": "/etc/ssl/mon/key.pem"}
+    config = yaml.safe_load((tmp_path / "out/prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for job in (jobs["prometheus"], jobs["alertmanager"], jobs["node"], config["alerting"]["alertmanagers"][0]):
+        assert (job["scheme"], job["tls_config"]) == ("https", {"ca_file": str(ca)}), job
+    assert "scheme" not in jobs["sglang_server"]
