@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bcrypt
 import pytest
 import yaml
 
@@ -16,6 +17,7 @@ from conftest import ROOT
 
 PLAYBOOK = ROOT / "tests/playbooks/render_monitoring.yml"
 LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+PASSWORD = "test-monitoring-secret-91c4"
 
 
 def inventory(tmp_path, servers, monitoring=True, routers=None, **group_vars):
@@ -44,7 +46,9 @@ def playbook(tmp_path, inv, path=PLAYBOOK, *args, **extravars):
     out = tmp_path / "out"
     extravars = dict({"__fleet_monitoring_dir": str(out / "sglang-fleet"),
                       "__fleet_monitoring_prometheus_config": str(out / "prometheus.yml"),
-                      "__fleet_monitoring_alertmanager_config": str(out / "alertmanager.yml")}, **extravars)
+                      "__fleet_monitoring_alertmanager_config": str(out / "alertmanager.yml"),
+                      "__fleet_monitoring_web_config": str(out / "monitoring-web.yml"),
+                      "fleet_monitoring_web_password": PASSWORD}, **extravars)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
@@ -70,6 +74,23 @@ def test_targets_rules_and_config_pass_promtool(tmp_path):
         "prometheus", "alertmanager", "sglang_server", "sglang_router", "node"]
     assert config["scrape_configs"][2]["file_sd_configs"] == [{"files": [str(out / "targets/sglang_server.json")]}]
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
+    # Prometheus, Alertmanager and node_exporter with basic auth, the password from its file; the servers
+    # and routers as before.
+    auth = {"username": "fleet", "password_file": "/etc/sglang/monitoring-web.password"}
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert {name: (job.get("scheme"), job.get("basic_auth")) for name, job in jobs.items()} == {
+        "prometheus": ("http", auth), "alertmanager": ("http", auth), "node": ("http", auth),
+        "sglang_server": (None, None), "sglang_router": (None, None)}
+    assert config["alerting"]["alertmanagers"][0]["basic_auth"] == auth
+    # Each daemon's web configuration: a bcrypt hash of the password, never the password.
+    web = (tmp_path / "out/monitoring-web.yml").read_text()
+    assert PASSWORD not in web and oct((tmp_path / "out/monitoring-web.yml").stat().st_mode & 0o777) == "0o640"
+    users = yaml.safe_load(web)
+    assert list(users) == ["basic_auth_users"] and users["basic_auth_users"]["fleet"].startswith("$2b$")
+    assert bcrypt.checkpw(PASSWORD.encode(), users["basic_auth_users"]["fleet"].encode())
+    checked = subprocess.run(["promtool", "check", "web-config", str(tmp_path / "out/monitoring-web.yml")],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     checked = subprocess.run(["promtool", "check", "config", str(tmp_path / "out/prometheus.yml")],
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -131,3 +152,37 @@ def test_site_yml_ends_with_the_monitoring_stage():
                            {"name": "Run unlock", "ansible.builtin.import_playbook": "playbooks/run_unlock.yml"}]
     plays = yaml.safe_load((ROOT / "playbooks/monitoring.yml").read_text())
     assert [(p["hosts"], p["tags"]) for p in plays] == [("gpu_nodes", ["monitoring"]), ("monitoring", ["monitoring"])]
+
+
+@pytest.mark.parametrize("password, says", [
+    ("", "fleet_monitoring_web_password is empty"),
+    (" " + PASSWORD, "fleet_monitoring_web_password starts or ends with whitespace"),
+])
+def test_without_a_usable_password_the_stage_stops_before_any_change_naming_it(tmp_path, password, says):
+    """Auth is always on: a run without a usable password fails on every GPU host at the exporters' first
+    task after the fleet checks, before anything is installed or written, naming the setting; the
+    monitoring host's play is never reached. The password is in no line of the output."""
+    servers = {name: dict(vars_, **LOCAL) for name, vars_ in SERVERS.items()}
+    run = playbook(tmp_path, inventory(tmp_path, servers), ROOT / "playbooks/monitoring.yml",
+                   fleet_monitoring_web_password=password, fleet_allow_open_listeners=True)
+    assert run.returncode != 0
+    recap = [line for line in run.stdout.split("PLAY RECAP")[1].splitlines() if " : " in line]
+    assert len(recap) == 3 and all("changed=0" in line and "failed=1" in line for line in recap), run.stdout
+    for host in SERVERS:
+        assert "Action failed: %s: %s" % (host, says) in run.stdout, run.stdout
+    assert not password or password.strip() not in run.stdout + run.stderr
+
+
+def test_with_a_certificate_all_three_serve_tls_and_prometheus_checks_it(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")  # promtool checks that the file is there; Prometheus reads it at its first scrape
+    run = playbook(tmp_path, inventory(tmp_path, SERVERS), fleet_monitoring_web_tls_cert_file="/etc/ssl/mon/cert.pem",
+                   fleet_monitoring_web_tls_key_file="/etc/ssl/mon/key.pem", fleet_monitoring_web_tls_ca_file=str(ca))
+    assert run.returncode == 0, run.stdout + run.stderr
+    web = yaml.safe_load((tmp_path / "out/monitoring-web.yml").read_text())
+    assert web["tls_server_config"] == {"cert_file": "/etc/ssl/mon/cert.pem", "key_file": "/etc/ssl/mon/key.pem"}
+    config = yaml.safe_load((tmp_path / "out/prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for job in (jobs["prometheus"], jobs["alertmanager"], jobs["node"], config["alerting"]["alertmanagers"][0]):
+        assert (job["scheme"], job["tls_config"]) == ("https", {"ca_file": str(ca)}), job
+    assert "scheme" not in jobs["sglang_server"]

@@ -66,7 +66,16 @@ def test_each_service_listens_on_the_address_the_inventory_gives(rendered):
     assert alertmanager.endswith("--cluster.listen-address=")  # no gossip port on 0.0.0.0:9094
     node = exec_start((units / "prometheus-node-exporter.service.d/sglang-fleet.conf").read_text())
     assert node == ("/usr/bin/prometheus-node-exporter --web.listen-address=10.0.0.11:9100 "
+                    "--web.config.file=/etc/sglang/monitoring-web.yml "
                     "--collector.textfile.directory=/var/lib/prometheus/node-exporter --collector.systemd")
+    # Each answers only with basic auth (and TLS where set), from its web configuration, and starts only
+    # once that file is in place: never without it after apt's start at install.
+    for unit, command in (("prometheus", prometheus), ("prometheus-alertmanager", alertmanager),
+                          ("prometheus-node-exporter", node)):
+        assert "--web.config.file=/etc/sglang/monitoring-web.yml " in command, unit
+        conditions = re.findall(r"^ConditionPathExists=(\S+)$",
+                                (units / f"{unit}.service.d/sglang-fleet.conf").read_text(), re.M)
+        assert "/etc/sglang/monitoring-web.yml" in conditions, unit
     collector = exec_start((units / "nvidia-smi-textfile.service").read_text())
     assert collector == ("/usr/bin/python3 /usr/local/lib/sglang-fleet/nvidia_smi_textfile.py --nvidia-smi "
                          "/usr/bin/nvidia-smi --output /var/lib/prometheus/node-exporter/nvidia_smi.prom "
@@ -146,4 +155,5 @@ def test_prometheus_never_starts_on_debian_s_own_configuration(rendered):
     (config,) = re.findall(r"--config\.file=(\S+)", exec_start(drop_in))
     assert config not in conffiles, config
     unit = drop_in.split("[Service]")[0]
-    assert "[Unit]" in unit and re.findall(r"^ConditionPathExists=(\S+)$", unit, re.M) == [config], drop_in
+    assert "[Unit]" in unit and re.findall(r"^ConditionPathExists=(\S+)$", unit, re.M) == [
+        config, "/etc/sglang/monitoring-web.yml"], drop_in

@@ -410,6 +410,10 @@ def test_queries_read_both_spellings_or_a_recording_rule(upstream_sglang):
     assert set(re.findall(r"\b(instance:sglang_[a-z_]+:[a-z0-9]+)", exprs)) - recorded == set()
 
 
+def defaults_user():
+    return yaml.safe_load((ROOT / "roles/fleet_monitoring/defaults/main.yml").read_text())["fleet_monitoring_web_user"]
+
+
 def test_provisioning_files():
     provider = yaml.safe_load((GRAFANA / "provisioning/dashboards/sglang-fleet.yml").read_text())
     assert provider["apiVersion"] == 1
@@ -418,6 +422,9 @@ def test_provisioning_files():
     source = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yml").read_text())
     (prometheus,) = source["datasources"]
     assert prometheus["type"] == "prometheus" and prometheus["url"] == "http://PROMETHEUS:9090"
+    # Prometheus answers only with basic auth: its user, the password from Grafana's environment.
+    assert (prometheus["basicAuth"], prometheus["basicAuthUser"]) == (True, defaults_user())
+    assert prometheus["secureJsonData"] == {"basicAuthPassword": "$FLEET_MONITORING_WEB_PASSWORD"}
     defaults = yaml.safe_load((ROOT / "roles/fleet_monitoring/defaults/main.yml").read_text())
     assert prometheus["jsonData"]["timeInterval"] == defaults["fleet_monitoring_scrape_interval"] == f"{STEP}s"
 

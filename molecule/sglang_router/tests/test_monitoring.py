@@ -3,9 +3,14 @@ scraping the servers' /metrics (the lab fixture serves sglang 0.5.9's own names)
 exporter, and node_exporter with the GPU collector on every GPU node. Every dashboard query must return
 series here, and a stopped server must fire SglangServerDown after its `for:` and resolve once back.
 
+Prometheus, Alertmanager and node_exporter answer only with basic auth: without it, or with another
+password, each says 401; Prometheus scrapes and alerts with it.
+
 These tests run first in the scenario (file order) and leave the fleet as they found it. Prometheus is
-asked from its own node (curl there); the screenshot's Chromium runs on the controller inside the pod's
-network namespace, so every request stays on the pod's loopback."""
+asked from its own node (curl there, the password read from the stage's root-only file into curl's
+standard input, never a command line); the screenshot's Chromium runs on the controller inside the pod's
+network namespace, through a proxy on the monitoring node that adds the credentials, so every request
+stays on the pod's loopback."""
 import json
 import math
 import os
@@ -21,6 +26,7 @@ import yaml
 
 from conftest import INVENTORY, ROOT, WORKERS, Load, say, sh, workers
 from fleet import report, run_playbook
+from leak_scan import leaks
 
 MONITOR = "rt-telemetry"  # after rt-router in the inventory: 127.0.1.5
 PROMETHEUS = "http://127.0.1.5:9090"
@@ -28,6 +34,7 @@ ALERTMANAGER = "http://127.0.1.5:9093"
 SCRAPE = 5  # seconds: fleet_monitoring_scrape_interval and _evaluation_interval in inventory/lab/group_vars
 SERVING = {"rt-gpu-1", "rt-gpu-2"}  # rank 0 of each unit: rt-gpu-3 is rank 1 of rt-gpu-2's group
 GPU_NODES = {"rt-gpu-1", "rt-gpu-2", "rt-gpu-3"}
+MONITOR_UNITS = ["prometheus", "prometheus-alertmanager"]
 DASHBOARD = ROOT / "files/monitoring/grafana/dashboards/sglang-fleet.json"
 # Grafana's values at a 5 s scrape interval: $__rate_interval is max(4 x scrape, $__interval + scrape).
 GRAFANA_VARS = {"$__rate_interval": "20s", "$__interval": "5s", "$__range": "5m"}
@@ -48,12 +55,47 @@ PANELS = {
     "GPUs visible / expected": GPU_NODES,
 }
 SCREENSHOTS = ROOT / ".cache/lab-monitoring"
+PASSWORD = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())["fleet_monitoring_web_password"]
+USER = "fleet"
+WEB_CONFIG = "/etc/sglang/monitoring-web.yml"
+PASSWORD_FILE = "/etc/sglang/monitoring-web.password"
+NODE_EXPORTERS = {"rt-gpu-1": "http://127.0.1.1:9100", "rt-gpu-2": "http://127.0.1.2:9100",
+                  "rt-gpu-3": "http://127.0.1.3:9100"}
+
+
+def credentials(user=USER):
+    """curl's configuration on its standard input: the user and the password from the stage's file."""
+    return "{ printf 'user = \"%s:' ; cat %s; printf '\"\\n'; } | " % (user, PASSWORD_FILE)
+
+
+# The screenshot's proxy: on the monitoring node, the credentials added to each request to Prometheus.
+PROXY = "http://127.0.1.5:19090"
+PROXY_SCRIPT = """
+import base64, http.server, sys, urllib.error, urllib.request
+user, password_file, upstream, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+token = base64.b64encode(("%s:%s" % (user, open(password_file).read().strip())).encode()).decode()
+class Proxy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        request = urllib.request.Request(upstream + self.path, headers={"Authorization": "Basic " + token})
+        try:
+            reply = urllib.request.urlopen(request, timeout=30)
+        except urllib.error.HTTPError as error:
+            reply = error
+        body = reply.read()
+        self.send_response(reply.code)
+        if reply.headers.get("Content-Type"):
+            self.send_header("Content-Type", reply.headers["Content-Type"])
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.ThreadingHTTPServer(("127.0.1.5", port), Proxy).serve_forever()
+"""
 
 
 def api(path, base=PROMETHEUS, **params):
     """Prometheus's (or Alertmanager's) HTTP API, asked on the monitoring node."""
     url = "%s/api/%s%s" % (base, path, "?" + urllib.parse.urlencode(params) if params else "")
-    body = json.loads(sh(MONITOR, "curl -sf -m 30 '%s'" % url).stdout)
+    body = json.loads(sh(MONITOR, credentials() + "curl -sf -m 30 -K - '%s'" % url).stdout)
     if base == PROMETHEUS:
         assert body["status"] == "success", body
         return body["data"]
@@ -97,11 +139,26 @@ def in_pod_network(argv):
 
 
 def screenshot(url, path):
-    """The page as headless Chromium renders it, saved as a PNG, and the text tesseract reads from it."""
+    """The page as headless Chromium renders it, saved as a PNG, and the text tesseract reads from it.
+    Through PROXY: Chromium sends no credentials of its own."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     tesseract = shutil.which("tesseract")
     assert chromium and tesseract, "chromium and tesseract-ocr are missing: bin/setup installs them"
     path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["podman", "exec", "-i", MONITOR, "sh", "-c", "cat > /tmp/auth_proxy.py"], input=PROXY_SCRIPT,
+                   text=True, check=True)
+    proxy = subprocess.Popen(["podman", "exec", MONITOR, "sh", "-c", "echo $$ > /tmp/auth_proxy.pid; exec timeout 180 "
+                              "python3 /tmp/auth_proxy.py %s %s %s %s" % (USER, PASSWORD_FILE, PROMETHEUS,
+                                                                          PROXY.rsplit(":", 1)[1])])
+    try:
+        wait("the proxy answering", lambda: status(PROXY + "/-/ready") == "200", 30)
+        return _screenshot(url, path, chromium, tesseract)
+    finally:
+        sh(MONITOR, "kill $(cat /tmp/auth_proxy.pid)", check=False)
+        proxy.wait(timeout=30)
+
+
+def _screenshot(url, path, chromium, tesseract):
     with tempfile.TemporaryDirectory() as profile:
         shot = subprocess.run(in_pod_network([
             chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
@@ -109,6 +166,53 @@ def screenshot(url, path):
             "--virtual-time-budget=5000", "--screenshot=" + str(path), url]), capture_output=True, text=True, timeout=120)
     assert shot.returncode == 0 and path.stat().st_size > 0, shot.stderr[-2000:]
     return subprocess.run([tesseract, str(path), "-"], capture_output=True, text=True, check=True).stdout
+
+
+def status(url, user=None, wrong_password=None):
+    """The HTTP status of a GET from the monitoring node: without credentials, or as the user with the stage's
+    password (from its file) or a wrong one, on curl's standard input."""
+    config = ""
+    if wrong_password:
+        config = "printf 'user = \"%s:%s\"\\n' | " % (user, wrong_password)
+    elif user:
+        config = credentials(user)
+    auth = "-K - " if config else ""
+    # 000 where nothing listens (yet): curl's own exit status says no more
+    return sh(MONITOR, config + "curl -s -o /dev/null -w '%%{http_code}' -m 30 %s'%s'" % (auth, url), check=False).stdout
+
+
+def test_prometheus_alertmanager_and_node_exporter_answer_only_with_basic_auth():
+    urls = {"Prometheus": PROMETHEUS + "/api/v1/query?query=up", "Prometheus's readiness": PROMETHEUS + "/-/ready",
+            "Alertmanager": ALERTMANAGER + "/api/v2/status"}
+    urls.update({"node_exporter on %s" % host: url + "/metrics" for host, url in NODE_EXPORTERS.items()})
+    found = {name: (status(url), status(url, USER, "not-the-password"), status(url, "prometheus"), status(url, USER))
+             for name, url in urls.items()}
+    assert found == {name: ("401", "401", "401", "200") for name in urls}, found
+    # Each daemon's web configuration holds a bcrypt hash, and only root and the prometheus group read it;
+    # Prometheus's password is in a file of theirs alone. The password is in no command line, unit or log.
+    for node in [MONITOR, *NODE_EXPORTERS]:
+        assert sh(node, "stat -c '%%U:%%G %%a' %s" % WEB_CONFIG).stdout.split() == ["root:prometheus", "640"], node
+        web = yaml.safe_load(sh(node, "cat %s" % WEB_CONFIG).stdout)
+        assert list(web) == ["basic_auth_users"] and web["basic_auth_users"][USER].startswith("$2b$10$"), node
+        units = [MONITOR_UNITS, ["prometheus-node-exporter"]][node != MONITOR]
+        said = sh(node, "ps -eo args; cat /etc/systemd/system/prometheus*.service.d/*.conf; "
+                  "systemctl show -p ExecStart %s; journalctl --no-pager -q %s"
+                  % (" ".join(units), " ".join("-u " + u for u in units))).stdout
+        assert PASSWORD not in said and "--web.config.file=%s" % WEB_CONFIG in said, node
+    assert sh(MONITOR, "stat -c '%%U:%%G %%a' %s" % PASSWORD_FILE).stdout.split() == ["root:prometheus", "640"]
+    assert sh(MONITOR, "cat %s" % PASSWORD_FILE).stdout == PASSWORD
+
+
+def test_a_verbose_check_run_of_the_stage_changes_nothing_and_carries_no_password():
+    """--check --diff -vvv over the converged fleet: every host's web configuration hashes the password the
+    same way on every run, so nothing would change; and the password is in no event (what AWX stores), fact
+    or report line, in any encoding (tools/leak_scan.py)."""
+    run = run_playbook(ROOT / "playbooks/monitoring.yml", INVENTORY, check=True, diff=True, extra_args=["-vvv"])
+    assert run.rc == 0, run.failure_summary
+    assert {host: r.changed for host, r in run.hosts.items() if r.changed} == {}
+    assert run.events and not leaks(json.dumps(run.events), PASSWORD)
+    assert not leaks(json.dumps([h.facts for h in run.hosts.values()]), PASSWORD)
+    assert not leaks(report(run), PASSWORD)
 
 
 def test_prometheus_scrapes_rank_0_of_each_server_the_router_and_every_gpu_node():
@@ -208,7 +312,7 @@ def test_a_stopped_server_fires_sglang_server_down_after_its_for_and_resolves_on
         # Prometheus's own alerts page (Debian's package serves the classic UI, under /classic/), between
         # two reads of the API.
         before = firing_now()
-        text = screenshot(PROMETHEUS + "/classic/alerts", SCREENSHOTS / "alerts-firing.png")
+        text = screenshot(PROXY + "/classic/alerts", SCREENSHOTS / "alerts-firing.png")
         after = firing_now()
         assert re.search(r"SglangServerDown \(1 active\)", text), text
         # The stop fires SglangServerDown and nothing else. An alert that went pending before the stop may
