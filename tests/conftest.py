@@ -20,7 +20,9 @@ def _register_module_utils():
 _register_module_utils()
 
 
+import re
 import shutil
+import subprocess
 import zipfile
 
 import pytest
@@ -70,6 +72,17 @@ def labels_dict_keys(path, marker):
             if marker in keys:
                 return keys
     raise AssertionError(f"no labels dict with {marker} in {path}")
+
+
+def exposure(root, unit):
+    """systemd-analyze security's overall exposure of a unit under root, as systemd 252 scores it offline."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.fail("systemd-analyze is missing (Debian's systemd package)")
+    done = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--root", str(root), unit],
+                          capture_output=True, text=True)
+    found = re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    return float(found.group(1))
 
 
 @pytest.fixture

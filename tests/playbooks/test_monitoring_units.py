@@ -5,14 +5,13 @@ the inventory says, is exposed less than the distribution's unit alone, and lets
 its daemon was seen to make."""
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
 import yaml
 
 import syscall_sites
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, exposure
 from fleet import run_playbook
 
 DEBIAN = FIXTURES / "upstream/debian-12-units"
@@ -35,16 +34,6 @@ def rendered(tmp_path_factory):
     for unit in DISTRO:
         shutil.copy(DEBIAN / f"{unit}.service", lib)
     return tmp / "root"
-
-
-def exposure(root, unit):
-    if shutil.which("systemd-analyze") is None:
-        pytest.fail("systemd-analyze is missing (Debian's systemd package)")
-    done = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--root", str(root), unit],
-                          capture_output=True, text=True)
-    found = re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)
-    assert found, done.stdout + done.stderr
-    return float(found.group(1))
 
 
 def exec_start(text):

@@ -7,14 +7,13 @@ a change that tightens one lowers its ceiling here with it, so that it stays tig
 import json
 import re
 import shutil
-import subprocess
 import sys
 
 import jinja2
 import pytest
 import yaml
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, exposure
 from fleet import run_playbook
 
 DEBIAN = FIXTURES / "upstream/debian-12-units"
@@ -118,16 +117,6 @@ def root(tmp_path_factory):
             for word in _run_task(ROOT / "roles/sglang_model/tasks/serve.yml", "The copy server runs")]
     (units / "sglang-fleet-model-peer.service").write_text(transient_unit(argv))
     return root
-
-
-def exposure(root, unit):
-    if shutil.which("systemd-analyze") is None:
-        pytest.fail("systemd-analyze is missing (Debian's systemd package)")
-    done = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--root", str(root), unit],
-                          capture_output=True, text=True)
-    found = re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)
-    assert found, done.stdout + done.stderr
-    return float(found.group(1))
 
 
 def test_every_service_the_project_writes_or_starts_has_a_ceiling(root):
