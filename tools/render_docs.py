@@ -44,6 +44,8 @@ from pathlib import Path
 
 import yaml
 
+import fleet  # tools/fleet.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_README = ROOT / "roles/sglang_server/README.md"
 REAL_HOSTS = ROOT / "docs/real-hosts.md"
@@ -76,8 +78,6 @@ def render_server_units(extravars: dict | None = None) -> dict[str, str]:
 
 def render_fleet_report(recorded: Path = RECORDED_RUN) -> dict[str, str]:
     """{"fleet-report": the report tools/fleet.py prints for the recorded run}."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import fleet  # noqa: PLC0415  tools/ is not a package
     data = json.loads(recorded.read_text())
     run = fleet.PlaybookRun(data["playbook"], [], data["status"], data["rc"],
                             {host: fleet.HostResult(**result) for host, result in data["hosts"].items()})
@@ -95,12 +95,15 @@ def updated(text: str, rendered: dict[str, str], path: Path = SERVER_README) -> 
     return MARKER.sub(replace, text)
 
 
+def diff(path: Path, wanted: str) -> str:
+    """The unified diff from the document as it is on disk to its wanted text ("" when they are the same)."""
+    return "".join(difflib.unified_diff(path.read_text().splitlines(True), wanted.splitlines(True),
+                                        str(path.relative_to(ROOT)), "rendered"))
+
+
 def stale(extravars: dict | None = None) -> str:
     """The unified diff from the README's rendered blocks to a render now ("" when they are the same)."""
-    current = SERVER_README.read_text()
-    wanted = updated(current, render_server_units(extravars))
-    return "".join(difflib.unified_diff(current.splitlines(True), wanted.splitlines(True),
-                                        str(SERVER_README.relative_to(ROOT)), "rendered"))
+    return diff(SERVER_README, updated(SERVER_README.read_text(), render_server_units(extravars)))
 
 
 SETTINGS_MARKER = re.compile(r"^(<!-- settings: rendered by tools/render_docs\.py from meta/argument_specs\.yml and "
@@ -189,22 +192,14 @@ def updated_settings(readme: Path, defaults: dict | None = None) -> str:
 
 def report_stale(recorded: Path = RECORDED_RUN) -> str:
     """The unified diff from docs/real-hosts.md's fleet report to the recorded run's ("" when the same)."""
-    current = REAL_HOSTS.read_text()
-    wanted = updated(current, render_fleet_report(recorded), REAL_HOSTS)
-    return "".join(difflib.unified_diff(current.splitlines(True), wanted.splitlines(True),
-                                        str(REAL_HOSTS.relative_to(ROOT)), "rendered"))
+    return diff(REAL_HOSTS, updated(REAL_HOSTS.read_text(), render_fleet_report(recorded), REAL_HOSTS))
 
 
 def settings_stale(role_defaults: dict[str, dict] | None = None) -> str:
     """The unified diff from every role README's settings table to a render now ("" when all match).
     role_defaults: {role: its defaults as a test would change them}, for the roles not read from disk."""
-    diff = []
-    for readme in role_readmes():
-        current = readme.read_text()
-        wanted = updated_settings(readme, (role_defaults or {}).get(readme.parent.name))
-        diff += difflib.unified_diff(current.splitlines(True), wanted.splitlines(True),
-                                     str(readme.relative_to(ROOT)), "rendered")
-    return "".join(diff)
+    return "".join(diff(readme, updated_settings(readme, (role_defaults or {}).get(readme.parent.name)))
+                   for readme in role_readmes())
 
 
 def main(argv=None) -> int:
@@ -217,8 +212,7 @@ def main(argv=None) -> int:
     differ = {readme: text for readme, text in wanted.items() if text != readme.read_text()}
     for readme, text in differ.items():
         if options.check:
-            sys.stdout.writelines(difflib.unified_diff(readme.read_text().splitlines(True), text.splitlines(True),
-                                                       str(readme.relative_to(ROOT)), "rendered"))
+            sys.stdout.write(diff(readme, text))
         else:
             readme.write_text(text)
             print("rewrote %s" % readme.relative_to(ROOT))
