@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 from ansible.module_utils.sglang_patch_ast import Drift, find_function
+from ansible.module_utils.sglang_patch_server_args_redact_secrets import ServerArgsRedactSecrets
 
 WRAPPER = "_sglang_fleet_without_keys"
 
@@ -20,7 +21,8 @@ class ServerInfoRedactSecrets:
     name = "server_info_redact_secrets"
     package, relpath = "sglang", "sglang/srt/entrypoints/http_server.py"
     anchor, where, indent = r'^@app\.get\("/get_load"\)$', "before", ""
-    function, route, secrets = "server_info", "/server_info", ("api_key", "admin_api_key")
+    function, route = "server_info", "/server_info"
+    secrets = ServerArgsRedactSecrets.secrets  # the same ServerArgs fields its __repr__ redacts
 
     def _function(self, tree):
         node = find_function(tree.body, self.function)
@@ -38,9 +40,9 @@ class ServerInfoRedactSecrets:
             raise Drift("%s is no longer an async function without parameters" % self.function)
         if not any(ast.unparse(d) == "app.get(%r)" % self.route for d in node.decorator_list):
             raise Drift("%s is no longer the route @app.get(%r)" % (self.function, self.route))
-        following = [n for n in tree.body if n.lineno > node.end_lineno]
-        if not following or min([following[0].lineno] + [d.lineno for d in getattr(following[0], "decorator_list", [])]) \
-                != lineno:
+        after = next((n for n in tree.body if n.lineno > node.end_lineno), None)
+        # A statement's first line is its first decorator's, where it has any.
+        if after is None or min([after.lineno] + [d.lineno for d in getattr(after, "decorator_list", [])]) != lineno:
             raise Drift("the anchor is not the statement right after %s" % self.function)
         if not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "app" for t in n.targets)
                    and "FastAPI(" in ast.unparse(n.value) for n in tree.body):
