@@ -126,12 +126,17 @@ def test_without_an_admin_key_the_client_key_opens_the_admin_routes(lab):
     assert lab(None, None).ask("POST", "/update_weights_from_disk", None, update)[0] == 400
 
 
-def run_admin_auth(capsys, args):
-    import sglang_admin_auth
+def run_module(capsys, name, args):
+    """A verify module of plugins/modules run with these arguments: its result as Ansible reads it."""
+    import importlib
     from ansible.module_utils.testing import patch_module_args
     with patch_module_args(args), pytest.raises(SystemExit):
-        sglang_admin_auth.main()
+        importlib.import_module(name).main()
     return json.loads(capsys.readouterr().out)
+
+
+def run_admin_auth(capsys, args):
+    return run_module(capsys, "sglang_admin_auth", args)
 
 
 def test_the_verify_module_shows_the_client_key_refused_and_the_admin_key_through(lab, capsys):
@@ -153,14 +158,6 @@ def test_the_verify_module_fails_where_the_client_key_opens_the_admin_routes(lab
     assert result["failed"] and "the admin key got 401" in result["msg"]
 
 
-def run_server_info(capsys, args):
-    import sglang_server_info
-    from ansible.module_utils.testing import patch_module_args
-    with patch_module_args(args), pytest.raises(SystemExit):
-        sglang_server_info.main()
-    return json.loads(capsys.readouterr().out)
-
-
 def test_verify_names_the_keys_an_unpatched_server_hands_out_and_none_once_patched(lab, lab_server, site_packages,
                                                                                     capsys):
     """0.5.9 unpatched answers /get_server_info with its keys to any client-key holder; the lab server does
@@ -171,7 +168,7 @@ def test_verify_names_the_keys_an_unpatched_server_hands_out_and_none_once_patch
     server.server.args = {"model_path": "m", "api_key": "client-key-5f1", "admin_api_key": "admin-key-9c2"}
     site = site_packages()
     assert lab_server.server_info_is_redacted(site) is False
-    result = run_server_info(capsys, {"url": server.url, "api_key": "client-key-5f1"})
+    result = run_module(capsys, "sglang_server_info", {"url": server.url, "api_key": "client-key-5f1"})
     assert result["keys_shown"] == ["api_key", "admin_api_key"]
     assert "key-5f1" not in json.dumps(result) and "key-9c2" not in json.dumps(result)
     write_blocks(site)
@@ -179,4 +176,4 @@ def test_verify_names_the_keys_an_unpatched_server_hands_out_and_none_once_patch
     assert server.server.info_redacted is True
     status, answer = server.ask("GET", "/get_server_info", "client-key-5f1")
     assert status == 200 and (answer["api_key"], answer["admin_api_key"]) == ("<redacted>", "<redacted>")
-    assert run_server_info(capsys, {"url": server.url, "api_key": "client-key-5f1"})["keys_shown"] == []
+    assert run_module(capsys, "sglang_server_info", {"url": server.url, "api_key": "client-key-5f1"})["keys_shown"] == []
