@@ -176,4 +176,5 @@ def test_verify_names_the_keys_an_unpatched_server_hands_out_and_none_once_patch
     assert server.server.info_redacted is True
     status, answer = server.ask("GET", "/get_server_info", "client-key-5f1")
     assert status == 200 and (answer["api_key"], answer["admin_api_key"]) == ("<redacted>", "<redacted>")
-    assert run_module(capsys, "sglang_server_info", {"url": server.url, "api_key": "client-key-5f1"})["keys_shown"] == []
+    patched = run_module(capsys, "sglang_server_info", {"url": server.url, "api_key": "client-key-5f1"})
+    assert patched["keys_shown"] == []
