@@ -42,9 +42,9 @@ LAYOUT = {
     "plugins/module_utils": "plugins/module_utils",
     "plugins/filter": "plugins/filter",
     "playbooks": "playbooks",
-    # fleet_monitoring renders from these (the fleet layer's __fleet_shipped_monitoring_dir)
+    # fleet_monitoring renders from these (the fleet layer's fleet_shipped_monitoring_dir)
     "files/monitoring": "files/monitoring",
-    # sglang_model_manifest_dir's default folder (the fleet layer's __fleet_model_manifests_dir)
+    # sglang_model_manifest_dir's default folder (the fleet layer's fleet_model_manifests_dir)
     "files/models": "files/models",
     # the verify stage renders the bench report with it (playbook_dir/../tools/bench_report.py)
     "tools/bench_report.py": "tools/bench_report.py",

@@ -67,6 +67,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # in the repository and in the collection alike).
 ROLES_DIR = os.path.join(HERE, os.pardir, os.pardir, "roles")
 DEFAULTS_FILE = os.path.join(ROLES_DIR, "fleet", "defaults", "main.yml")
+# What the fleet layer derives from its settings for every role (fleet_served_model, fleet_cuda_home...):
+# role vars, which the inventory cannot override, so a site that sets one is told so.
+DERIVED_FILE = os.path.join(ROLES_DIR, "fleet", "vars", "main.yml")
 # libyaml's loader where it is built (it is with the controller's PyYAML): the roles' argument specs are
 # read once in every process that runs the fleet checks, and the pure-Python loader takes ten times as long.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -137,6 +140,21 @@ def fleet_defaults(path=None):
     return found
 
 
+_derived = None
+
+
+def fleet_derived():
+    """The names of the values the fleet layer derives (its vars/main.yml): not settings, never set."""
+    global _derived
+    if _derived is None:
+        try:
+            with open(DERIVED_FILE) as handle:
+                _derived = frozenset(yaml.load(handle, Loader=_LOADER) or {})
+        except (OSError, yaml.YAMLError) as error:
+            raise AnsibleFilterError("the fleet layer's derived values (%s) cannot be read: %s" % (DERIVED_FILE, error))
+    return _derived
+
+
 def _vars(hostvars, host):
     try:
         return hostvars[host]
@@ -179,6 +197,7 @@ def fleet_topology(hosts, hostvars, groups, routers=()):
                     worker_url=http_url(settings["fleet_server_host"], settings["fleet_server_port"], advertised),
                     dist_init_addr=("%s:%s" % (advertised, settings["fleet_server_dist_init_port"])
                                     if len(unit["ranks"]) > 1 else ""),
+                    # roles/fleet/vars/main.yml's fleet_served_model, for hosts the play may not run on
                     model=settings["fleet_served_model_name"] or settings["fleet_model_dir"])
         units.append(unit)
         rank0.update({rank: unit["rank0"] for rank in unit["ranks"]})
@@ -321,13 +340,18 @@ def unknown_settings(names, roles_dir=None):
     role's name and _, the project's rule for public names) that no role takes, so that a misspelt setting
     fails before any change, naming the setting meant, instead of being silently ignored. Other names
     (ansible_*, a site's own, a role's internal __*) are the inventory's business; names in MOVED have
-    their own message, facts the roles set their own meaning."""
+    their own message, facts the roles set their own meaning. A value the fleet layer derives (its
+    vars/main.yml) is refused too: the roles would read the derived one, whatever the inventory says."""
     settings = role_settings(roles_dir)
     prefixes = tuple(role + "_" for role in settings)
     known = set().union(*settings.values())
     problems = []
     for name in sorted(str(name) for name in names):
         if not name.startswith(prefixes) or name in known or name in MOVED or name in SET_AT_RUN_TIME:
+            continue
+        if name in fleet_derived():
+            problems.append("%s is derived by the fleet layer from its settings (roles/fleet/vars/main.yml), not a "
+                            "setting: set the settings it comes from" % name)
             continue
         near = _nearest(name, known)
         problems.append("%s is not a setting of any role: %s" % (

@@ -48,8 +48,8 @@ def install_play(tmp_path, cache):
     return [{"name": "flash-attn's install step", "hosts": "gpu_nodes", "gather_facts": False, "tasks": [
         {"name": "The install step runs", "ansible.builtin.include_role": {"name": "flash_attn", "tasks_from": "install"},
          "vars": {"flash_attn_cache_dir": str(cache), "flash_attn_work_dir": str(tmp_path / "work"),
-                  "flash_attn_venv_dir": str(tmp_path / "venv"), "__fleet_current_venv": str(tmp_path / "venv"),
-                  "__fleet_cuda_home": "/usr/local/cuda",
+                  "flash_attn_venv_dir": str(tmp_path / "venv"), "fleet_current_venv": str(tmp_path / "venv"),
+                  "fleet_cuda_home": "/usr/local/cuda",
                   "__flash_attn_plan": {"id": "k1", "needs": True}, "__flash_attn_builder": "node",
                   "__flash_attn_slice": {"sliced": False}}}]}]
 

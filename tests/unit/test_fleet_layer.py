@@ -316,3 +316,20 @@ def test_the_opt_out_lets_it_through_and_names_each_open_listener():
     assert fleet_layer.fleet_open_listeners("gpu-2", accepted) == []
     # As the inventory writes it ("yes", "true") too.
     assert fleet_problems("gpu-1", {"gpu-1": dict(OPEN_FLEET["gpu-1"], fleet_allow_open_listeners="yes")}) == []
+
+
+def test_roles_read_the_fleet_layer_by_its_public_names_only():
+    """The fleet layer's derived values (roles/fleet/vars/main.yml) are public, fleet_*: a role that read a
+    private __fleet_* name of it would break when the layer renames what it keeps to itself. A role's own
+    internals (__<role>_*, fleet_monitoring's included) are its business."""
+    derived = set(yaml.safe_load((ROOT / "roles/fleet/vars/main.yml").read_text()))
+    assert derived and all(name.startswith("fleet_") for name in derived), derived
+    found = []
+    for path in sorted((ROOT / "roles").rglob("*")):
+        if not path.is_file() or path.is_relative_to(ROOT / "roles/fleet") or "__pycache__" in path.parts:
+            continue
+        role = path.relative_to(ROOT / "roles").parts[0]
+        for name in set(re.findall(r"\b__fleet_\w+", path.read_text(errors="replace"))):
+            if not name.startswith("__%s_" % role):
+                found.append("%s: %s" % (path.relative_to(ROOT), name))
+    assert found == []

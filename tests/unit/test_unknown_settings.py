@@ -43,6 +43,14 @@ def test_a_role_s_settings_and_the_facts_the_roles_set_pass():
                              "gpu_preflight_min_free_disk_gb", "sglang_install_id", "fleet_run_started"]) == []
 
 
+def test_a_value_the_fleet_layer_derives_is_refused_as_no_setting():
+    """Role vars beat the inventory: a site that sets fleet_cuda_home would see it silently ignored."""
+    assert {"fleet_served_model", "fleet_cuda_home", "fleet_current_venv"} <= fleet_layer.fleet_derived()
+    assert fleet_problems("box", {"box": {"fleet_cuda_home": "/opt/cuda", "fleet_cuda_release": "13.0"}}) == [
+        "fleet_cuda_home is derived by the fleet layer from its settings (roles/fleet/vars/main.yml), not a "
+        "setting: set the settings it comes from"]
+
+
 def test_a_moved_setting_keeps_its_own_message_only():
     assert fleet_problems("box", {"box": {"cuda_toolkit_release": "13.1"}}) == [
         "cuda_toolkit_release is set, but the setting is the fleet layer's now: rename it fleet_cuda_release"]
