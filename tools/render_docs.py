@@ -26,6 +26,10 @@ The server's units are rendered from the role defaults alone (no preflight facts
 tests render them with (tests/playbooks/render_unit.yml), on the controller, touching no host.
 tests/playbooks/test_render_docs.py fails while a README's block differs from its render.
 
+docs/security.md's table of the units' sandboxes is made from plugins/filter/systemd_sandbox.py (the
+base every unit starts from, and what each unit changes of it, with why), between two marker lines;
+tests/unit/test_rendered_docs.py fails while it differs.
+
 docs/real-hosts.md's fleet report is tools/fleet.py's report() of a recorded lab run
 (tests/fixtures/lab/fleet-report-noop.json: a no-change `bin/lab`, its facts that the report reads);
 tests/unit/test_rendered_docs.py fails while it differs.
@@ -202,6 +206,42 @@ def settings_stale(role_defaults: dict[str, dict] | None = None) -> str:
                    for readme in role_readmes())
 
 
+SECURITY = ROOT / "docs/security.md"
+SANDBOX_MARKER = re.compile(r"^(<!-- sandboxes: rendered by tools/render_docs\.py from plugins/filter/systemd_sandbox\.py -->\n)"
+                            r"(?P<body>.*?)(^<!-- end of sandboxes -->$)", re.M | re.S)
+
+
+def sandbox_table(units: dict | None = None) -> str:
+    """The base sandbox, then a row per unit: what it changes of the base, and why."""
+    sys.path.insert(0, str(ROOT / "plugins/filter"))
+    import systemd_sandbox  # noqa: E402  (plugins/filter is no package)
+    units = systemd_sandbox.UNITS if units is None else units
+    base = " ".join("`%s=%s`" % (key.rstrip("~"), value) for key, value in systemd_sandbox.BASE)
+    rows = ["The base, in every unit's order (with `PrivateDevices=yes`, or `DevicePolicy=closed` and a "
+            "`DeviceAllow=` per device for a unit given devices; its writable paths as `ReadWritePaths=`): "
+            + base + "\n", "| unit | changes to the base | why |", "|---|---|---|"]
+    for name, profile in units.items():
+        changes = [("`%s=%s`" % (key.rstrip("~"), value) if value is not None else "no `%s=%s`" % (
+            key.rstrip("~"), dict(systemd_sandbox.BASE)[key]), key) for key, value in profile.get("set", {}).items()]
+        changes += [("adds `%s=%s`" % (directive, value), directive) for _, directive, value in profile.get("add", ())]
+        if not changes:
+            rows.append("| %s | none | |" % name)
+        for number, (change, key) in enumerate(changes):
+            rows.append("| %s | %s | %s |" % (name if number == 0 else "", change, _cell(profile["why"][key])))
+    return "\n".join(rows) + "\n"
+
+
+def updated_sandboxes(text: str, units: dict | None = None) -> str:
+    if len(SANDBOX_MARKER.findall(text)) != 1:
+        raise KeyError("%s has no sandbox markers (or more than one pair): see tools/render_docs.py" % SECURITY)
+    return SANDBOX_MARKER.sub(lambda m: m.group(1) + sandbox_table(units) + m.group(3), text)
+
+
+def sandboxes_stale(units: dict | None = None) -> str:
+    """The unified diff from docs/security.md's sandbox table to a render now ("" when the same)."""
+    return diff(SECURITY, updated_sandboxes(SECURITY.read_text(), units))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block differs")
@@ -209,6 +249,7 @@ def main(argv=None) -> int:
     wanted = {readme: updated_settings(readme) for readme in role_readmes()}
     wanted[SERVER_README] = updated(wanted[SERVER_README], render_server_units())
     wanted[REAL_HOSTS] = updated(REAL_HOSTS.read_text(), render_fleet_report(), REAL_HOSTS)
+    wanted[SECURITY] = updated_sandboxes(SECURITY.read_text())
     differ = {readme: text for readme, text in wanted.items() if text != readme.read_text()}
     for readme, text in differ.items():
         if options.check:

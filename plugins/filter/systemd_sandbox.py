@@ -101,27 +101,160 @@ def parse_line(line):
     return directive, value.strip()
 
 
+# --- every unit's sandbox, from one base ---------------------------------------------------------------
+
+# The sandbox every unit the project writes or starts begins from, in the units' order: a service that
+# reaches no device, writes nothing but the paths it is given, gains no privilege, sees no other process
+# and calls only what a system service calls. Each unit's profile (UNITS) takes from it or adds to it,
+# line by line, each change with its reason; tests/playbooks/test_unit_exposure.py scores every unit
+# with `systemd-analyze security` against a ceiling. Keys are directives, but for the second
+# SystemCallFilter= (the deny list), "SystemCallFilter~".
+BASE = (
+    ("NoNewPrivileges", "yes"), ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""),
+    ("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
+    ("ProtectKernelTunables", "yes"), ("ProtectKernelModules", "yes"), ("ProtectKernelLogs", "yes"),
+    ("ProtectControlGroups", "yes"), ("ProtectClock", "yes"), ("ProtectHostname", "yes"),
+    ("ProtectProc", "invisible"), ("ProcSubset", "pid"), ("RestrictNamespaces", "yes"),
+    ("RestrictRealtime", "yes"), ("RestrictSUIDSGID", "yes"), ("LockPersonality", "yes"),
+    ("MemoryDenyWriteExecute", "yes"), ("RemoveIPC", "yes"), ("UMask", "0077"),
+    ("SystemCallArchitectures", "native"), ("SystemCallFilter", "@system-service"),
+    ("SystemCallFilter~", "~@privileged @resources"), ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+)
+_BASE_KEYS = [key for key, _ in BASE]
+
+# Each unit's changes to BASE. headline: the comment above its first line. set: {key: value, or None to
+# leave the line out}. add: [(after key, directive, value)], lines BASE has not. comment: {key: lines
+# above that line}. why: {key or added directive: the reason}, one for every change (a test holds it so),
+# rendered in docs/security.md. A unit given devices replaces PrivateDevices=yes with DevicePolicy=closed
+# and a DeviceAllow= per device; its writable paths are ReadWritePaths= after ProtectSystem=.
+PRIVATE_USERS = ("Debian's unit runs it with PrivateUsers=true, and systemd 252 in a container cannot set up "
+                 "that user namespace under a hidepid /proc: the unit never starts (systemd #29656)")
+MONITORING_UMASK = ("what it writes stays readable to the prometheus group, which Prometheus, Alertmanager and "
+                    "node_exporter share, as the drop-in always had it")
+UNITS = {
+    "server": {
+        "headline": HARDENING,
+        "set": {"ProcSubset": "all", "MemoryDenyWriteExecute": None, "UMask": "0027",
+                "SystemCallFilter~": "~@privileged", "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK"},
+        "comment": {"SystemCallFilter": SYSCALL_EVIDENCE,
+                    "SystemCallFilter~": ["Not @resources: NCCL and PyTorch pin threads and memory (sched_setaffinity, mbind)."]},
+        "why": {"ProcSubset": "psutil, which sglang loads, reads /proc/meminfo and /proc/stat, outside the pid subset",
+                "MemoryDenyWriteExecute": "Triton and the CUDA JIT need W+X pages",
+                "UMask": "what it writes stays readable to its own group, as the unit always had it",
+                "SystemCallFilter~": "NCCL and PyTorch pin threads and memory (sched_setaffinity, mbind: @resources)",
+                "RestrictAddressFamilies": "NCCL lists the network interfaces (getifaddrs), which asks over netlink"},
+    },
+    "router": {
+        "headline": ["Hardening: a network service with no devices, no writable system, no privilege to gain."],
+        "set": {}, "why": {},
+    },
+    "router-healer": {
+        "headline": ["Hardening: it talks HTTP to the router and the workers and removes lease files, nothing more."],
+        "set": {"RemoveIPC": None},
+        "why": {"RemoveIPC": "it runs as the router's user, whose IPC objects RemoveIPC would remove at the end of each pass"},
+    },
+    "gpu-collector": {
+        "headline": ["Hardening: the GPUs' device nodes and nothing else; writes only the textfile and its state."],
+        "set": {"ProtectKernelLogs": None, "UMask": None, "RestrictAddressFamilies": "AF_UNIX"},
+        "add": [("PrivateTmp", "PrivateNetwork", "yes"), ("SystemCallFilter", "SystemCallFilter", "syslog")],
+        "comment": {"SystemCallFilter+syslog": [
+            "dmesg reads the kernel log with syslog(2), which @system-service leaves out: without this line the",
+            "filter kills it (SIGSYS) on a host with no journal, where kernel.dmesg_restrict answers instead."]},
+        # The rest of the base held on a real GPU host, the real nvidia-smi answering under each line and
+        # under all of them (tests/fixtures/hosts/h100-device/monitoring/unit, "tightening").
+        "why": {"ProtectKernelLogs": "it reads the kernel log for XID errors (dmesg, journalctl -k), which this "
+                                     "line denies (/dev/kmsg, syslog(2))",
+                "UMask": "the textfile keeps the mode it always had (0644): a site's own exporter may read the "
+                         "directory as another user",
+                "RestrictAddressFamilies": "it talks to no network: AF_UNIX only",
+                "PrivateNetwork": "it talks to no network",
+                "SystemCallFilter": "syslog: dmesg reads the kernel log with it where there is no journal; @system-service "
+                                    "leaves it out, and on a real GPU host the filter killed dmesg (SIGSYS)"},
+    },
+    "model-peer": {
+        "headline": [],
+        "set": {}, "why": {},
+    },
+    "prometheus": {
+        "headline": [],
+        "set": {"ProtectProc": None, "ProcSubset": None, "UMask": "0027"},
+        "comment": {"RestrictSUIDSGID": ["No ProtectProc= nor ProcSubset=: " + PRIVATE_USERS + "."]},
+        "why": {"ProtectProc": PRIVATE_USERS, "ProcSubset": PRIVATE_USERS,
+                "UMask": MONITORING_UMASK},
+    },
+    "alertmanager": {
+        "headline": [],
+        "set": {"ProcSubset": None, "UMask": "0027"},
+        "why": {"ProcSubset": "not yet tried under Debian's unit in the lab (its ProtectProc=invisible was)",
+                "UMask": MONITORING_UMASK},
+    },
+    "node-exporter": {
+        "headline": [],
+        "set": {"ProtectHome": "read-only", "ProtectClock": None, "ProtectProc": None, "ProcSubset": None,
+                "SystemCallFilter~": None, "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK"},
+        "add": [("SystemCallFilter", "SystemCallFilter", "adjtimex")],
+        "comment": {"SystemCallFilter+adjtimex": [
+            "The timex collector reads the kernel clock's state with adjtimex (@clock's); setting the clock would need",
+            "CAP_SYS_TIME, which the empty bounding set leaves out."]},
+        "why": {"ProtectHome": "the filesystem collector reads the size of the file systems mounted under /home",
+                "ProtectClock": "it denies adjtimex, with which the timex collector reads the kernel clock's state",
+                "ProtectProc": "its collectors read every process's /proc entries (processes, threads)",
+                "ProcSubset": "its collectors read /proc/meminfo, /proc/stat and the rest of /proc",
+                "SystemCallFilter~": "its allow list was traced on Debian 12's daemon with no deny list, and a deny list not tried",
+                "RestrictAddressFamilies": "the network collectors read the interfaces over netlink",
+                "SystemCallFilter": "adjtimex: the timex collector reads the kernel clock's state with it (@clock's)"},
+    },
+}
+
+
+def unit_hardening(unit, devices=(), writable=()):
+    """The hardening directives of `unit` (a name in UNITS), in its unit's order: BASE with the unit's
+    changes, its devices (DevicePolicy=closed and a DeviceAllow= each; none: PrivateDevices=yes) and its
+    writable paths. Each entry is {directive, value, comment (lines, without '# '), gap}."""
+    if unit not in UNITS:
+        raise AnsibleFilterError("fleet_unit_hardening: no unit %r (one of %s)" % (unit, ", ".join(sorted(UNITS))))
+    if any(not str(path).startswith("/") for path in writable):
+        raise AnsibleFilterError("fleet_unit_hardening: %s: a writable path must be absolute, not %r"
+                                 % (unit, [p for p in writable if not str(p).startswith("/")][0]))
+    profile = UNITS[unit]
+    changes, comments = profile.get("set", {}), profile.get("comment", {})
+    added = {}
+    for after, directive, value in profile.get("add", ()):
+        added.setdefault(after, []).append((directive + "+" + value if directive in _BASE_KEYS else directive,
+                                            directive, value))
+    if devices:
+        entries = [_entry("DevicePolicy", "closed")] + [_entry("DeviceAllow", device) for device in devices]
+    else:
+        entries = [_entry("PrivateDevices", "yes")]
+    for key, value in BASE:
+        value = changes.get(key, value)
+        if value is not None:
+            entries.append(_entry(key.rstrip("~"), value, comments.get(key, ())))
+        if key == "ProtectSystem":
+            entries += [_entry("ReadWritePaths", path) for path in writable]
+        for name, directive, extra in added.get(key, ()):
+            entries.append(_entry(directive, extra, comments.get(name, ())))
+    entries[0] = dict(entries[0], comment=list(profile.get("headline", ())) + entries[0]["comment"])
+    return entries
+
+
+def unit_directives(entries):
+    """The entries as unit-file lines: each comment line as `# ...`, a gap as a blank line."""
+    lines = []
+    for entry in entries:
+        lines += [""] if entry["gap"] else []
+        lines += ["# " + line for line in entry["comment"]]
+        lines.append("%s=%s" % (entry["directive"], entry["value"]))
+    return "\n".join(lines)
+
+
 def server_sandbox(device_allow, home, limit_nofile, extra=()):
     """The server unit's sandbox directives, in the unit's order (see DOCUMENTATION)."""
     if not home or not str(home).startswith("/"):
         raise AnsibleFilterError("sglang_server_sandbox: the home must be an absolute path, not %r" % (home,))
-    entries = [_entry("LimitNOFILE", limit_nofile), _entry("LimitMEMLOCK", "infinity"),
-               _entry("DevicePolicy", "closed", HARDENING, gap=True)]
-    entries += [_entry("DeviceAllow", device) for device in device_allow]
-    entries += [_entry(d, v) for d, v in (
-        ("NoNewPrivileges", "yes"), ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""),
-        ("ProtectSystem", "strict"), ("ReadWritePaths", home), ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
-        ("ProtectKernelTunables", "yes"), ("ProtectKernelModules", "yes"), ("ProtectKernelLogs", "yes"),
-        ("ProtectControlGroups", "yes"), ("ProtectClock", "yes"), ("ProtectHostname", "yes"),
-        ("ProtectProc", "invisible"), ("ProcSubset", "all"), ("RestrictNamespaces", "yes"),
-        ("RestrictRealtime", "yes"), ("RestrictSUIDSGID", "yes"), ("LockPersonality", "yes"),
-        ("RemoveIPC", "yes"), ("UMask", "0027"), ("SystemCallArchitectures", "native"))]
-    entries += [
-        _entry("SystemCallFilter", "@system-service", SYSCALL_EVIDENCE),
-        _entry("SystemCallFilter", "~@privileged",
-               ["Not @resources: NCCL and PyTorch pin threads and memory (sched_setaffinity, mbind)."]),
-        _entry("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
-    ]
+    entries = [_entry("LimitNOFILE", limit_nofile), _entry("LimitMEMLOCK", "infinity")]
+    hardening = unit_hardening("server", list(device_allow), [home])
+    entries += [dict(hardening[0], gap=True)] + hardening[1:]
     for number, line in enumerate(extra or ()):
         directive, value = parse_line(line)
         entries.append(_entry(directive, value, ["sglang_server_hardening_extra:"] if number == 0 else ()))
@@ -234,5 +367,7 @@ def selftest_verdict(run, sandbox, where, writable=()):
 class FilterModule:
     def filters(self):
         return {"sglang_server_sandbox": server_sandbox, "sglang_selftest_properties": selftest_properties,
+                "fleet_unit_hardening": unit_hardening, "systemd_directives": unit_directives,
+                "systemd_run_properties": selftest_properties,
                 "sglang_selftest_verdict": selftest_verdict,
                 "sglang_selftest_sandboxed": selftest_sandboxed}

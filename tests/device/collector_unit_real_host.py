@@ -18,7 +18,10 @@ Debian 12's systemd 252 and the libraries it needs, wheels/ with ansible-core 2.
    rendered units unchanged and a drop-in that sends their output to a file (there is no journald), starts
    the service once, then its timer, and waits for the timer's next run.
    Records what the collector's kernel-log commands (journalctl -k, dmesg) give its user.
-5. Writes OUT_DIR/collector-unit.json (what systemd says of each run, the sandbox it applied, the
+5. Tries each line of the project's base sandbox that the collector's profile leaves out
+   (plugins/filter/systemd_sandbox.py), one drop-in at a time and then all together: a run each, its
+   result and its textfile (did nvidia-smi answer, could the kernel log be read).
+6. Writes OUT_DIR/collector-unit.json (what systemd says of each run, the sandbox it applied, the
    textfile each run wrote), the units as rendered and logs.txt.
 """
 import argparse
@@ -97,6 +100,26 @@ def write_units(units):
     return {UNIT + ".service.d/harness.conf": text}
 
 
+def tightenings():
+    """{name: drop-in lines}: each base line the collector's profile leaves out or changes, then all of them."""
+    sys.path.insert(0, str(ROOT / "plugins/filter"))
+    import systemd_sandbox
+    base = dict(systemd_sandbox.BASE)
+    tries = {key: "%s=%s" % (key.rstrip("~"), base[key]) for key in systemd_sandbox.UNITS["gpu-collector"]["set"]}
+    tries = {key: line for key, line in tries.items() if key != "RestrictAddressFamilies"}  # the profile's is tighter
+    return dict({key: [line] for key, line in tries.items()}, all=list(tries.values()))
+
+
+def samples(text):
+    """{metric name: its first sample's value} (labels left out)."""
+    found = {}
+    for line in (text or "").splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            found.setdefault(key.split("{", 1)[0], value)
+    return found
+
+
 def textfile():
     path = TEXTFILE_DIR / "nvidia_smi.prom"
     return path.read_text() if path.exists() else None
@@ -126,6 +149,7 @@ def main():
                           "dmesg_restrict": Path("/proc/sys/kernel/dmesg_restrict").read_text().strip()}
         site = work / "ansible-site"
         record["ansible_wheels"] = harness.unpack_wheels(args.carry.resolve(), site)
+        sys.path.insert(0, str(site))  # the sandbox filter imports ansible's errors
         extra = {"fleet_nvidia_smi": smi, "fleet_gpus_per_host": len(gpus)}
         record["render"] = {"inventory_hostname": args.host_name, "extra_vars": extra,
                             "playbook": "tests/playbooks/render_monitoring_units.yml"}
@@ -168,6 +192,22 @@ def main():
             time.sleep(1)
         record["timer"]["show"] = manager.show(UNIT + ".timer", ["ActiveState", "LastTriggerUSec", "NextElapseUSecMonotonic"])
         record["by_timer"] = {"show": show, "textfile": textfile()}
+        record["timer"]["stop"] = harness.brief(manager.ctl("stop", UNIT + ".timer"))
+        record["tightening"] = {}
+        trial = harness.UNIT_DIR / (UNIT + ".service.d") / "tightening.conf"
+        for name, lines in tightenings().items():
+            trial.write_text("[Service]\n" + "\n".join(lines) + "\n")
+            manager.ctl("daemon-reload")
+            (TEXTFILE_DIR / "nvidia_smi.prom").unlink(missing_ok=True)
+            start = manager.ctl("start", UNIT + ".service", timeout=90)
+            found = samples(textfile())
+            record["tightening"][name] = {
+                "lines": lines, "start": harness.brief(start, 1500), "show": manager.show(UNIT + ".service", PROPS),
+                "nvidia_smi_up": found.get("nvidia_smi_up"), "kernel_log_readable": found.get("nvidia_smi_kernel_log_readable"),
+                "gpus_visible": found.get("nvidia_smi_gpus_visible")}
+            save()
+        trial.unlink()
+        manager.ctl("daemon-reload")
         record["systemd"]["cat"] = manager.ctl("cat", UNIT + ".service", UNIT + ".timer")["out"]
         record["systemd"]["security"] = harness.brief(manager.run("systemd-analyze", "security", "--no-pager",
                                                                   UNIT + ".service"), 6000)

@@ -10,9 +10,11 @@ import shutil
 import sys
 
 import jinja2
+import jinja2.nativetypes
 import pytest
 import yaml
 
+import systemd_sandbox  # plugins/filter, on the tests' path
 from conftest import FIXTURES, ROOT, exposure
 from fleet import run_playbook
 
@@ -20,16 +22,16 @@ DEBIAN = FIXTURES / "upstream/debian-12-units"
 
 # Each unit's exposure as Debian 12's systemd 252 rates it today (0 the most sandboxed, 10 the least).
 # The gpu-init oneshot is root on purpose: it runs the setuid nvidia-modprobe that the server's
-# NoNewPrivileges= forbids it (roles/sglang_server/README.md). The peer copy server asks for DynamicUser=,
-# ProtectSystem=strict, ProtectHome=, PrivateTmp= and NoNewPrivileges= only, hence its score.
+# NoNewPrivileges= forbids it (roles/sglang_server/README.md). Every other unit's hardening comes from one
+# base (plugins/filter/systemd_sandbox.py); the peer copy server's took it from 8.3 to 1.4.
 CEILINGS = {
     "sglang.service": 1.8,
     "sglang-gpu-init.service": 9.6,
     "sglang-fusion-selftest.service": 1.8,
     "sglang-router.service": 1.4,
-    "sglang-router-healer.service": 1.6,
-    "nvidia-smi-textfile.service": 1.5,
-    "sglang-fleet-model-peer.service": 8.3,
+    "sglang-router-healer.service": 1.4,
+    "nvidia-smi-textfile.service": 1.1,
+    "sglang-fleet-model-peer.service": 1.4,
     "prometheus.service": 1.4,
     "prometheus-alertmanager.service": 1.4,
     "prometheus-node-exporter.service": 2.2,
@@ -111,10 +113,12 @@ def root(tmp_path_factory):
     for unit in ("prometheus", "prometheus-alertmanager", "prometheus-node-exporter"):
         shutil.copy(DEBIAN / f"{unit}.service", lib)
 
-    # The peer copy server's argv names its limit with a role default: the rest is literal.
+    # The peer copy server's argv: one expression over a role default and the sandbox filters.
     defaults = yaml.safe_load((ROOT / "roles/sglang_model/defaults/main.yml").read_text())
-    argv = [jinja2.Template(word).render(defaults)
-            for word in _run_task(ROOT / "roles/sglang_model/tasks/serve.yml", "The copy server runs")]
+    native = jinja2.nativetypes.NativeEnvironment()
+    native.filters.update(systemd_sandbox.FilterModule().filters())
+    argv = native.from_string(_run_task(ROOT / "roles/sglang_model/tasks/serve.yml", "The copy server runs")).render(defaults)
+    assert isinstance(argv, list) and argv[0] == "systemd-run", argv
     (units / "sglang-fleet-model-peer.service").write_text(transient_unit(argv))
     return root
 

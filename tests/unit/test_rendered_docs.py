@@ -12,7 +12,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from render_docs import RECORDED_RUN, markdown, report_stale, role_readmes, settings_stale, settings_table  # noqa: E402
+from render_docs import (RECORDED_RUN, markdown, report_stale, role_readmes, sandboxes_stale, settings_stale,  # noqa: E402
+                         settings_table)
+import systemd_sandbox  # noqa: E402  (plugins/filter, on the tests' path)
 
 
 def test_every_role_readme_shows_the_settings_its_role_declares():
@@ -57,3 +59,15 @@ def test_a_report_that_prints_otherwise_fails_until_the_page_is_regenerated(tmp_
     changed.write_text(json.dumps(recorded))
     diff = report_stale(changed)
     assert "+  lab-gpu-2     107  3        0" in diff and "+  3 host(s) ok, 0 failed; 3 change(s) in all" in diff
+
+
+def test_the_security_page_shows_every_unit_s_sandbox_as_the_filter_makes_it():
+    diff = sandboxes_stale()
+    assert not diff, "docs/security.md's sandbox table differs: run tools/render_docs.py to regenerate\n" + diff
+
+
+def test_a_unit_that_gives_up_a_line_fails_until_the_page_is_regenerated():
+    units = dict(systemd_sandbox.UNITS, router={"headline": [], "set": {"ProtectClock": None},
+                                               "why": {"ProtectClock": "a reason"}})
+    diff = sandboxes_stale(units)
+    assert "-| router | none | |" in diff and "+| router | no `ProtectClock=yes` | a reason |" in diff

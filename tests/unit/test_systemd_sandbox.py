@@ -140,3 +140,59 @@ def test_a_run_with_no_verdict_is_an_error_with_what_it_said():
     assert verdict["status"] == "error" and verdict["cached"] is False and "denial" not in verdict
     assert verdict["reason"] == ("the self-test gave no verdict (exit 1): Failed to start transient service unit: "
                                  "Unit sglang-fusion-selftest.service already exists.")
+
+
+# --- every unit's hardening from one base ---------------------------------------------------------------
+
+def lines(entries):
+    return ["%s=%s" % (e["directive"], e["value"]) for e in entries]
+
+
+def test_every_unit_s_change_to_the_base_says_why():
+    for unit, profile in sandbox_filter.UNITS.items():
+        changed = set(profile.get("set", {})) | {directive for _, directive, _ in profile.get("add", ())}
+        assert changed == set(profile.get("why", {})), unit
+        assert set(profile.get("set", {})) <= set(sandbox_filter._BASE_KEYS), unit  # a change, not a new line
+        assert all(sandbox_filter.UNITS[unit]["why"][key].strip() for key in changed), unit
+
+
+def test_a_unit_with_no_change_is_the_base_in_its_order_devices_and_writable_paths_in_their_places():
+    base = ["%s=%s" % (key.rstrip("~"), value) for key, value in sandbox_filter.BASE]
+    assert lines(sandbox_filter.unit_hardening("router")) == ["PrivateDevices=yes"] + base
+    healer = lines(sandbox_filter.unit_hardening("router-healer", writable=["/var/lib/leases"]))
+    assert healer[healer.index("ProtectSystem=strict") + 1] == "ReadWritePaths=/var/lib/leases"
+    assert "RemoveIPC=yes" not in healer and "PrivateDevices=yes" in healer
+    collector = lines(sandbox_filter.unit_hardening("gpu-collector", devices=["char-nvidia* rw"], writable=["/t"]))
+    assert collector[:2] == ["DevicePolicy=closed", "DeviceAllow=char-nvidia* rw"] and "PrivateDevices=yes" not in collector
+    assert collector[collector.index("PrivateTmp=yes") + 1] == "PrivateNetwork=yes"
+    assert "RestrictAddressFamilies=AF_UNIX" in collector and "ProtectKernelLogs=yes" not in collector
+    exporter = lines(sandbox_filter.unit_hardening("node-exporter"))
+    assert exporter[exporter.index("SystemCallFilter=@system-service") + 1] == "SystemCallFilter=adjtimex"
+
+
+def test_the_server_s_sandbox_is_the_base_with_its_own_changes():
+    """The unit the H200 host ran (above) is what the base and the server's profile make."""
+    hardening = [line for line in lines(SANDBOX) if not line.startswith(("LimitNOFILE=", "LimitMEMLOCK="))]
+    assert hardening == lines(sandbox_filter.unit_hardening("server", ["char-nvidia* rw"], ["/var/lib/sglang"]))
+    assert "SystemCallFilter=~@privileged" in hardening and "MemoryDenyWriteExecute=yes" not in hardening
+
+
+def test_the_rendered_lines_carry_the_headline_and_comments():
+    text = sandbox_filter.unit_directives(sandbox_filter.unit_hardening("router"))
+    assert text.startswith("# Hardening: a network service with no devices, no writable system, no privilege to gain.\n"
+                           "PrivateDevices=yes\n") and text.endswith("RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6")
+    gap = sandbox_filter.unit_directives(server_sandbox(["char-nvidia* rw"], "/h", 8))
+    assert "LimitMEMLOCK=infinity\n\n# Hardening, as far as GPU serving allows" in gap
+
+
+def test_an_unknown_unit_or_a_relative_writable_path_is_refused():
+    with pytest.raises(AnsibleFilterError, match="no unit 'routr'"):
+        sandbox_filter.unit_hardening("routr")
+    with pytest.raises(AnsibleFilterError, match="must be absolute, not 'var/lib'"):
+        sandbox_filter.unit_hardening("router-healer", writable=["var/lib"])
+
+
+def test_the_peer_copy_server_gets_every_line_as_a_transient_property():
+    words = selftest_properties(sandbox_filter.unit_hardening("model-peer"))
+    assert words[0] == "--property=PrivateDevices=yes" and "--property=SystemCallFilter=~@privileged @resources" in words
+    assert len(words) == len(sandbox_filter.BASE) + 1
