@@ -23,7 +23,9 @@ A rendered block in a README follows a marker line naming what renders it:
     ```
 
 The server's units are rendered from the role defaults alone (no preflight facts), by the playbook the
-tests render them with (tests/playbooks/render_unit.yml), on the controller, touching no host.
+tests render them with (tests/playbooks/render_unit.yml), on the controller, touching no host; the
+router's unit and its healer's from the router role's defaults in front of an example fleet of two
+servers (tests/playbooks/render_router_units.yml).
 tests/playbooks/test_render_docs.py fails while a README's block differs from its render.
 
 docs/security.md's table of the units' sandboxes is made from plugins/filter/systemd_sandbox.py (the
@@ -58,26 +60,54 @@ MARKER = re.compile(r"^(<!-- rendered by tools/render_docs\.py: (?P<name>[\w.-]+
                     re.M | re.S)
 
 
+def _render(work: Path, playbook: str, limit: str, extravars: dict | None) -> None:
+    """Runs one of tests/playbooks' render playbooks on the controller over work/hosts.yml, into work."""
+    args = ["-l", limit, "-e", "render_dir=%s" % work]
+    for key, value in (extravars or {}).items():
+        args += ["-e", "%s=%s" % (key, value)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"))
+    ansible_playbook = Path(sys.executable).with_name("ansible-playbook")
+    run = subprocess.run([str(ansible_playbook), "-i", str(work / "hosts.yml"), str(ROOT / "tests/playbooks" / playbook),
+                          *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise RuntimeError("%s failed:\n%s%s" % (playbook, run.stdout, run.stderr))
+
+
 def render_server_units(extravars: dict | None = None) -> dict[str, str]:
     """{unit file name: its text} as the sglang_server role renders them from its defaults."""
     with tempfile.TemporaryDirectory(prefix="render-docs-") as work:
         work = Path(work)
-        inventory = work / "hosts.yml"
-        inventory.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        gpu-node-01:\n"
-                             "          ansible_connection: local\n"
-                             "          ansible_python_interpreter: %s\n" % sys.executable)
-        args = ["-e", "render_dir=%s" % work]
-        for key, value in (extravars or {}).items():
-            args += ["-e", "%s=%s" % (key, value)]
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"))
-        playbook = Path(sys.executable).with_name("ansible-playbook")
-        run = subprocess.run([str(playbook), "-i", str(inventory), str(ROOT / "tests/playbooks/render_unit.yml"),
-                              *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-        if run.returncode != 0:
-            raise RuntimeError("rendering the server's units failed:\n%s%s" % (run.stdout, run.stderr))
+        (work / "hosts.yml").write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        gpu-node-01:\n"
+                                        "          ansible_connection: local\n"
+                                        "          ansible_python_interpreter: %s\n" % sys.executable)
+        _render(work, "render_unit.yml", "gpu_nodes", extravars)
         return {name: (work / ("gpu-node-01." + name)).read_text()
                 for name in ("sglang.service", "sglang-gpu-init.service")}
+
+
+ROUTER_README = ROOT / "roles/sglang_router/README.md"
+ROUTER_UNITS = ("sglang-router.service", "sglang-router-healer.service", "sglang-router-healer.timer")
+# The router's example fleet: two GPU hosts whose servers listen on their own address, as servers behind a
+# router on another host must (the servers' default, 127.0.0.1, serves their own host only).
+ROUTER_EXAMPLE_WORKERS = {"gpu-node-01": "10.0.0.11", "gpu-node-02": "10.0.0.12"}
+# Their key, which the unit names only by its file.
+EXAMPLE_KEY = "example-key-from-your-vault"
+
+
+def render_router_units(extravars: dict | None = None) -> dict[str, str]:
+    """{unit file name: its text} as the sglang_router role renders them from its defaults, in front of the
+    example fleet's two servers."""
+    with tempfile.TemporaryDirectory(prefix="render-docs-") as work:
+        work = Path(work)
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        (work / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
+            "gpu_nodes": {"hosts": {name: dict(local, fleet_server_host=address, sglang_server_api_key=EXAMPLE_KEY)
+                                    for name, address in ROUTER_EXAMPLE_WORKERS.items()}},
+            "sglang_routers": {"hosts": {"router-01": local}}}}}))
+        (work / "etc/systemd/system").mkdir(parents=True)
+        _render(work, "render_router_units.yml", "sglang_routers", extravars)
+        return {name: (work / "etc/systemd/system" / name).read_text() for name in ROUTER_UNITS}
 
 
 def render_fleet_report(recorded: Path = RECORDED_RUN) -> dict[str, str]:
@@ -105,9 +135,15 @@ def diff(path: Path, wanted: str) -> str:
                                         str(path.relative_to(ROOT)), "rendered"))
 
 
+def rendered_readmes(extravars: dict | None = None) -> dict[Path, dict[str, str]]:
+    """{role README: the renders its marked blocks show}: the server's units and the router's."""
+    return {SERVER_README: render_server_units(extravars), ROUTER_README: render_router_units(extravars)}
+
+
 def stale(extravars: dict | None = None) -> str:
-    """The unified diff from the README's rendered blocks to a render now ("" when they are the same)."""
-    return diff(SERVER_README, updated(SERVER_README.read_text(), render_server_units(extravars)))
+    """The unified diff from the READMEs' rendered blocks to a render now ("" when they are the same)."""
+    return "".join(diff(readme, updated(readme.read_text(), rendered, readme))
+                   for readme, rendered in rendered_readmes(extravars).items())
 
 
 SETTINGS_MARKER = re.compile(r"^(<!-- settings: rendered by tools/render_docs\.py from meta/argument_specs\.yml and "
@@ -247,7 +283,8 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block differs")
     options = parser.parse_args(argv)
     wanted = {readme: updated_settings(readme) for readme in role_readmes()}
-    wanted[SERVER_README] = updated(wanted[SERVER_README], render_server_units())
+    for readme, rendered in rendered_readmes().items():
+        wanted[readme] = updated(wanted[readme], rendered, readme)
     wanted[REAL_HOSTS] = updated(REAL_HOSTS.read_text(), render_fleet_report(), REAL_HOSTS)
     wanted[SECURITY] = updated_sandboxes(SECURITY.read_text())
     differ = {readme: text for readme, text in wanted.items() if text != readme.read_text()}

@@ -5,27 +5,19 @@ import os
 import struct
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import bench_report
 import fleet
+from conftest import INVENTORY, NODES, ROOT, UNIT, nodes
 from fleet import run_playbook
 from leak_scan import leaks
 
-ROOT = Path(__file__).resolve().parents[3]
-INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
-NODES = ["chg-gpu-1", "chg-gpu-2"]
 SECRETS = ["lab-secret-%s-4f9c" % n for n in NODES]
-UNIT = "/etc/systemd/system/sglang.service"
 FUSION_RECORD = "/etc/ansible/facts.d/sglang_server_fusion.fact"  # the server stage's decision, which verify reads
 CONCURRENCIES = [1, 8]
 testinfra_hosts = ["podman://" + NODES[0]]
-
-
-def nodes(host):
-    return [host.get_host("podman://" + n) for n in NODES]
 
 
 def unit_digests(host):

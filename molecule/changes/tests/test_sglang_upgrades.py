@@ -4,31 +4,18 @@ retention; and the later stages finding the install in a run without the sglang 
 
 The tests run in file order and end where they began: the inventory's release serving everywhere."""
 import json
-import os
 import shlex
-from pathlib import Path
 
+from conftest import INVENTORY, NODES, RELEASE_2, SITE, STAGES, UNIT, nodes, started_at
 from fleet import describe_server, report, run_playbook
 
-ROOT = Path(__file__).resolve().parents[3]
-INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
-SITE = ROOT / "site.yml"
-NODES = ["chg-gpu-1", "chg-gpu-2"]
 ADDRESSES = ["127.0.1.1", "127.0.1.2"]
-UNIT = "/etc/systemd/system/sglang.service"
-STAGES = "sglang,flash_attn,patches,server"  # an upgrade, as an operator runs it
-# A second release: the same wheels with one patch switched off, which is a new install id.
-RELEASE_2 = {"sglang_patches_redact_secrets": False}
-# A third, whose sgl-kernel build (labctl's crashing stand-in) kills the server while it loads,
+# A third release, whose sgl-kernel build (labctl's crashing stand-in) kills the server while it loads,
 # with a changed unit as well: the rollback must put back both.
 CRASH_WHEEL = "/srv/lab-wheelhouse/sgl_kernel-0.3.21+cpu.crash-cp310-abi3-manylinux2014_x86_64.whl"
 REDACT_FILE = "sglang/srt/server_args.py"
 REDACT_MARKER = "sglang-fleet patch server_args_redact_secrets"
 testinfra_hosts = ["podman://" + NODES[0]]
-
-
-def nodes(host):
-    return [host.get_host("podman://" + n) for n in NODES]
 
 
 def links(node):
@@ -52,10 +39,6 @@ def known_answer(node, index):
     out = node.check_output("curl -sf -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' "
                             "-d '%s' http://%s:30000/v1/chat/completions" % (secret, body, ADDRESSES[index]))
     return json.loads(out)["choices"][0]["message"]["content"]
-
-
-def started_at(node):
-    return node.check_output("systemctl show sglang -p ActiveEnterTimestampMonotonic")
 
 
 def patched(node, install):

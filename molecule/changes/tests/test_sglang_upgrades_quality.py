@@ -6,34 +6,14 @@ the baseline; the inventory's release then rolls back out, as the tests found th
 The lab's sgl-kernel stand-in `.degraded` makes the lab server answer a stated fraction of GSM8K wrong
 (files/lab/sglang_lab_server.py); the eval, the gate and the rollback are the production ones."""
 import json
-import os
-from pathlib import Path
 
+from conftest import INVENTORY, NODES, RELEASE_2, SITE, STAGES, current, nodes, started_at
 from fleet import report, run_playbook
 
-ROOT = Path(__file__).resolve().parents[3]
-INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
-SITE = ROOT / "site.yml"
-NODES = ["chg-gpu-1", "chg-gpu-2"]
-STAGES = "sglang,flash_attn,patches,server"
-# A new install id with the same wheels: one patch switched off (as test_sglang_upgrades.py's release 2).
-NEW_INSTALL = {"sglang_patches_redact_secrets": False}
 DEGRADED_WHEEL = "/srv/lab-wheelhouse/sgl_kernel-0.3.21+cpu.degraded-cp310-abi3-manylinux2014_x86_64.whl"
 BASELINES = "/var/lib/sglang-fleet/quality/baselines.json"
 MODEL = "/models/nvidia/Kimi-K2.5-NVFP4"
 testinfra_hosts = ["podman://" + NODES[0]]
-
-
-def nodes(host):
-    return [host.get_host("podman://" + n) for n in NODES]
-
-
-def current(node):
-    return node.check_output("readlink /opt/sglang/current").split("/")[-1]
-
-
-def started_at(node):
-    return node.check_output("systemctl show sglang -p ActiveEnterTimestampMonotonic")
 
 
 def baselines(node):
@@ -48,7 +28,7 @@ def test_a_degraded_install_is_stopped_at_the_canary_rolled_back_and_the_other_h
     before = baselines(first)
     assert before["current"][MODEL] == serving  # every rollout's canary recorded what it served
     second_started = started_at(second)
-    degraded = {**NEW_INSTALL, "sglang_sgl_kernel_wheel_url": "file://" + DEGRADED_WHEEL,
+    degraded = {**RELEASE_2, "sglang_sgl_kernel_wheel_url": "file://" + DEGRADED_WHEEL,
                 "sglang_sgl_kernel_wheel_sha256": first.check_output("sha256sum %s | cut -d' ' -f1" % DEGRADED_WHEEL)}
 
     run = run_playbook(SITE, INVENTORY, tags=STAGES, extravars=degraded)
@@ -89,7 +69,7 @@ def test_a_degraded_install_is_stopped_at_the_canary_rolled_back_and_the_other_h
 def test_a_correct_new_install_rolls_out_to_every_host_and_becomes_the_baseline(host):
     first, second = nodes(host)
     serving = current(first)
-    run = run_playbook(SITE, INVENTORY, tags=STAGES, extravars=NEW_INSTALL)
+    run = run_playbook(SITE, INVENTORY, tags=STAGES, extravars=RELEASE_2)
     assert run.rc == 0, run.failure_summary
     new = run.hosts[NODES[0]].facts["sglang_install_id"]
     assert new != serving and current(first) == new and current(second) == new
