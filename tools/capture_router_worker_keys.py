@@ -65,10 +65,12 @@ def worker(port):
 
 
 def call(method, path, body=None, key="K1"):
-    """The router's HTTP status for one request, sent with the client key."""
+    """The router's HTTP status for one request, sent with `key` (None: no Authorization header)."""
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = "Bearer " + key
     request = urllib.request.Request(ROUTER + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+                                     data=json.dumps(body).encode() if body is not None else None, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return answer.status
@@ -99,7 +101,13 @@ def main(python):
         out["chats"] = [call("POST", "/v1/chat/completions", chat) for _ in range(4)]
         out["generate"] = [call("POST", "/generate", {"text": "q", "sampling_params": {"max_new_tokens": 2}})
                            for _ in range(2)]
-        out["calls_during_requests"] = dict(CALLS)
+        out["calls_during_requests"] = json.loads(json.dumps(CALLS))  # a copy: the requests below add to CALLS
+        # What the router asks of its own clients and of its worker API: a rotation moves the clients'
+        # key only when the router restarts with the new one.
+        out["client_key"] = {
+            name: {"chat": call("POST", "/v1/chat/completions", chat, key=key),
+                   "list_workers": call("GET", "/workers", key=key)}
+            for name, key in (("K1", "K1"), ("K2", "K2"), ("none", None))}
     finally:
         router.terminate()
         router.wait(10)

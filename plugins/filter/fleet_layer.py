@@ -49,7 +49,8 @@ _value:
       else empty), C(model) (the name it serves the model under, as a router lists it).
     - C(worker_urls), one a unit; C(rank0), each server host's rank 0.
     - C(routers), per router host, C(url) (its API, as called on its own host), C(metrics) (its
-      exporter, as another host scrapes it) and C(lease_dir) (where its drain leases are).
+      exporter, as another host scrapes it), C(lease_dir) (where its drain leases are) and C(key_file) (the
+      file its key is in, on its own host, which is the key it runs with and its worker API asks for).
   type: dict
 """
 
@@ -179,12 +180,19 @@ def scrape_address(listen, port, advertised):
     return http_url(listen, port, advertised)[len("http://"):]
 
 
+ROUTER_SERVICE_DEFAULT = "sglang-router"
+
+
 def _router(host, hostvars):
     settings = fleet_settings(host, hostvars)
     return {"url": http_url(settings["fleet_router_host"], settings["fleet_router_port"]),
             "metrics": scrape_address(settings["fleet_router_prometheus_host"], settings["fleet_router_prometheus_port"],
                                       reached_at(host, hostvars)),
-            "lease_dir": settings["fleet_router_lease_dir"]}
+            "lease_dir": settings["fleet_router_lease_dir"],
+            # The router role's key file (roles/sglang_router/vars/main.yml), named after its service; the
+            # default here is that role's own, which tests/unit/test_fleet_layer.py holds the two to.
+            "key_file": "%s/%s.key" % (settings["fleet_config_dir"],
+                                       _vars(hostvars, host).get("sglang_router_service") or ROUTER_SERVICE_DEFAULT)}
 
 
 def fleet_topology(hosts, hostvars, groups, routers=()):

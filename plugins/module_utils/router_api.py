@@ -83,7 +83,10 @@ def wait_for(router_url, api_key, timeout, done, sleep=time.sleep, clock=time.mo
 def ensure(p, check_mode=False, sleep=time.sleep, clock=time.monotonic):
     """(changed, workers, waited) for the asked state; raises RouterError when the router does not get there.
 
-    p: router_url, url, state (present | absent | query), api_key, timeout."""
+    p: router_url, url, state (present | absent | query), api_key (the router's own, for its worker API),
+    timeout, and optionally worker_api_key: the key the router is to send a worker it adds (sglang-router
+    0.3.2 keeps one per worker, tests/fixtures/upstream/sglang-router-0.3.2/worker-keys.json); the router's
+    own when empty."""
     router, key, url = p["router_url"].rstrip("/"), p["api_key"], (p["url"] or "").rstrip("/")
     listed = workers(router, key)
     if p["state"] == "query":
@@ -104,8 +107,8 @@ def ensure(p, check_mode=False, sleep=time.sleep, clock=time.monotonic):
         if check_mode:
             return True, listed, 0.0
         payload = {"url": url}
-        if key:
-            payload["api_key"] = key
+        if p.get("worker_api_key") or key:
+            payload["api_key"] = p.get("worker_api_key") or key
         call(router, key, "POST", "/workers", payload)
     elif current["healthy"] or check_mode:
         # Listed: nothing to register. Waiting for it to turn healthy is a real run's (and the health

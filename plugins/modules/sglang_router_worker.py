@@ -32,7 +32,22 @@ options:
   api_key:
     description:
       - The router's C(--api-key), sent as a bearer token to its worker API, and handed to the
-        router for a worker it adds (the router then sends it to that worker).
+        router for a worker it adds unless I(worker_api_key) is set.
+    type: str
+    default: ""
+  api_key_file:
+    description:
+      - A file on the host the module runs on (the router's, delegate_to) that holds the router's key, read
+        there in place of I(api_key). The router answers its worker API only to the key it runs with, which
+        is the one in its key file, and a run that rotates the key reaches the router still on the old one.
+      - A file that is not there yet (a first run, before the router stage) reads as no key.
+    type: path
+    default: ""
+  worker_api_key:
+    description:
+      - The key the router sends the worker it adds (the server's C(--api-key)); the router's own when empty.
+        sglang-router 0.3.2 keeps one per worker, so a server that restarted with a rotated key serves
+        through a router still on the old one.
     type: str
     default: ""
   timeout:
@@ -231,6 +246,18 @@ def _leased(p, check_mode=False, sleep=time.sleep, clock=time.monotonic, now=tim
     return changed, listed, waited, existing
 
 
+def with_key_file(p):
+    """p with api_key read from I(api_key_file) where that is set: the key the router runs with."""
+    if not p.get("api_key_file"):
+        return p
+    try:
+        with open(p["api_key_file"]) as handle:
+            key = handle.read().strip()
+    except FileNotFoundError:
+        key = ""
+    return dict(p, api_key=key)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -238,6 +265,8 @@ def main():
             "url": {"type": "str"},
             "state": {"type": "str", "default": "present", "choices": ["present", "absent", "query"]},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "api_key_file": {"type": "path", "default": ""},
+            "worker_api_key": {"type": "str", "default": "", "no_log": True},
             "timeout": {"type": "int", "default": 120},
             "router_down_ok": {"type": "bool", "default": False},
             "lease_dir": {"type": "path", "default": ""},
@@ -255,7 +284,10 @@ def main():
         supports_check_mode=True,
     )
     try:
-        changed, listed, waited, lease = leased(module.params, module.check_mode)
+        params = with_key_file(module.params)
+        if params["api_key"]:
+            module.no_log_values.add(params["api_key"])  # read from the file: masked as the option would be
+        changed, listed, waited, lease = leased(params, module.check_mode)
     except RouterDown as exc:
         if not module.params["router_down_ok"]:
             module.fail_json(msg=str(exc), router_running=False)

@@ -14,7 +14,8 @@ description:
     I(settle) times in a row, or I(timeout) passes.
   - Meant for a server the router no longer sends requests to, before it restarts.
   - Never fails on the timeout; it returns C(drained=false) and the requests still in flight, so
-    the caller decides. Fails when the server cannot be asked at all, unless I(unreachable_ok).
+    the caller decides. Fails when the server cannot be asked at all, unless I(unreachable_ok), and
+    always when it answers but refuses the question (a key it does not take, so its requests are unknown).
   - Changes nothing.
 options:
   url:
@@ -24,6 +25,13 @@ options:
   api_key:
     description: Bearer token, when the server was started with C(--api-key).
     type: str
+    default: ""
+  api_key_file:
+    description:
+      - The server's C(--config) file on this host (JSON, as the server role writes it), its C(api-key) read
+        here in place of I(api_key), which is the key the running server started with (a run that rotates
+        the key writes the file only once the server is stopped). A file that is not there reads as no key.
+    type: path
     default: ""
   timeout:
     description: Seconds to wait for the last request to finish.
@@ -116,8 +124,9 @@ def drain(p, sleep=time.sleep, clock=time.monotonic, read=in_flight):
     while True:
         try:
             last = read(p["url"], p["api_key"])
-        except Exception:
-            if not p["unreachable_ok"]:
+        except Exception as exc:
+            # An answer that refuses (401: another key) is no server that is down: its requests are unknown.
+            if not p["unreachable_ok"] or getattr(exc, "code", None) is not None:
                 raise
             return {"drained": True, "in_flight": 0, "peak": peak, "waited": round(clock() - start, 1),
                     "server_unreachable": True}
@@ -130,11 +139,23 @@ def drain(p, sleep=time.sleep, clock=time.monotonic, read=in_flight):
         sleep(p["interval"])
 
 
+def key_of(p):
+    """The key to ask with: the api-key of I(api_key_file) where that is set, else I(api_key)."""
+    if not p.get("api_key_file"):
+        return p["api_key"]
+    try:
+        with open(p["api_key_file"]) as handle:
+            return str(json.load(handle).get("api-key") or "")
+    except FileNotFoundError:
+        return ""
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
             "url": {"type": "str", "required": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "api_key_file": {"type": "path", "default": ""},
             "timeout": {"type": "int", "default": 300},
             "settle": {"type": "int", "default": 2},
             "interval": {"type": "float", "default": 0.5},
@@ -144,6 +165,9 @@ def main():
     )
     p = dict(module.params, url=module.params["url"].rstrip("/"))
     try:
+        p["api_key"] = key_of(p)
+        if p["api_key"]:
+            module.no_log_values.add(p["api_key"])
         result = drain(p)
     except Exception as exc:
         module.fail_json(msg="cannot read the load of %s: %s" % (p["url"], exc))

@@ -46,7 +46,19 @@ def test_the_topology_names_every_unit_s_worker_and_rank_0():
     assert found["rank0"] == {"a": "a", "b0": "b0", "b1": "b0", "c": "c"}
     # A router's API is called on its own host; its exporter is scraped from elsewhere.
     assert found["routers"] == {"gw": {"url": "http://127.0.0.1:30090", "metrics": "gw.example.com:29000",
-                                       "lease_dir": "/var/lib/sglang-router/leases"}}
+                                       "lease_dir": "/var/lib/sglang-router/leases",
+                                       "key_file": "/etc/sglang/sglang-router.key"}}
+
+
+def test_a_router_s_key_file_is_where_the_router_role_writes_it():
+    """The server stage reads the key a router runs with from the router role's key file: the fleet layer
+    names it as that role does, from the router's service name (its default or the host's own)."""
+    role_defaults = yaml.safe_load((ROOT / "roles/sglang_router/defaults/main.yml").read_text())
+    role_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
+    assert role_vars["__sglang_router_key_file"] == "{{ fleet_config_dir }}/{{ sglang_router_service }}.key"
+    assert fleet_layer.ROUTER_SERVICE_DEFAULT == role_defaults["sglang_router_service"]
+    renamed = dict(HOSTVARS, gw=dict(HOSTVARS["gw"], sglang_router_service="gateway", fleet_config_dir="/srv/etc"))
+    assert fleet_topology(["a"], renamed, GROUPS, ["gw"])["routers"]["gw"]["key_file"] == "/srv/etc/gateway.key"
 
 
 def test_a_host_that_failed_gpu_acceptance_is_no_worker_and_takes_its_group_with_it():

@@ -116,3 +116,32 @@ def test_a_router_that_is_not_running_is_told_apart():
     with pytest.raises(worker.RouterDown, match="is the router running"):
         worker.ensure({"router_url": "http://127.0.0.1:9", "url": "http://x:1", "state": "absent", "api_key": "",
                        "timeout": 1, "router_down_ok": True})
+
+
+# sglang-router 0.3.2, captured (tools/capture_router_worker_keys.py): a worker added through POST /workers
+# with a key of its own is sent that key, the others the router's; the router's own API (clients, /workers)
+# takes only the router's key.
+KEYS = json.loads((FIXTURES / "upstream/sglang-router-0.3.2/worker-keys.json").read_text())
+
+
+def test_the_real_router_keeps_a_key_per_worker_and_asks_its_own_of_its_clients():
+    sent = {port: {call["authorization"] for call in calls} for port, calls in KEYS["calls_during_requests"].items()}
+    assert sent == {"31101": {"Bearer K1"}, "31102": {"Bearer K2"}}
+    assert KEYS["client_key"]["K1"] == {"chat": 200, "list_workers": 200}
+    assert KEYS["client_key"]["K2"] == KEYS["client_key"]["none"] == {"chat": 401, "list_workers": 401}
+
+
+def test_a_rotated_server_is_added_with_its_own_key_through_the_router_s_key_read_on_its_host(router, tmp_path):
+    """A run that rotates the key: the router still runs with the old one (its key file), the server
+    restarted with the new. The worker API is asked with the router's key, the worker handed its own."""
+    key_file = tmp_path / "sglang-router.key"
+    key_file.write_text(KEY + "\n")
+    p = worker.with_key_file(params(router, api_key="the-new-key", api_key_file=str(key_file),
+                                    worker_api_key="the-new-key"))
+    changed, listed, _ = worker.ensure(p)
+    assert changed and router.posted == [{"url": "http://10.0.0.2:30000", "api_key": "the-new-key"}]
+    # Before: the inventory's new key asked the router, which refused it (the lab's 401 of issue 41).
+    with pytest.raises(worker.RouterError, match="api_key is wrong or missing"):
+        worker.ensure(params(router, api_key="the-new-key", url="http://10.0.0.3:30000"))
+    # No key file yet (a first run, before the router stage): no key.
+    assert worker.with_key_file(params(router, api_key_file=str(tmp_path / "none")))["api_key"] == ""

@@ -86,3 +86,19 @@ def test_get_load_where_v1_loads_is_missing(server):
     server.routes = {"/get_load": [{"dp_rank": 0, "num_reqs": 2, "num_waiting_reqs": 0}]}
     assert drain.in_flight(server.url, "") == 2
 
+
+
+def test_a_server_that_refuses_the_key_fails_the_drain_instead_of_passing_as_down():
+    """A 401 is an answer: its requests in flight are unknown, and a restart now would cut them off."""
+    import urllib.error
+    refused = urllib.error.HTTPError("http://x/v1/loads", 401, "Unauthorized", {}, None)
+    with pytest.raises(urllib.error.HTTPError):
+        run([refused])
+
+
+def test_the_key_is_the_one_the_running_server_started_with_from_its_config_file(tmp_path):
+    config = tmp_path / "sglang.yaml"
+    config.write_text(json.dumps({"api-key": "key-it-runs-with", "admin-api-key": "adm"}, indent=2) + "\n")
+    assert drain.key_of({"api_key": "rotated", "api_key_file": str(config)}) == "key-it-runs-with"
+    assert drain.key_of({"api_key": "rotated", "api_key_file": str(tmp_path / "absent")}) == ""
+    assert drain.key_of({"api_key": "k", "api_key_file": ""}) == "k"
