@@ -7,13 +7,15 @@
 Runs on a lab node (the router's), so every request stays on the pod's loopback. Stops at the first
 of: --max-requests sent, --max-seconds passed, --stop-file present. Meanwhile it reads the router's
 worker list four times a second, to tell which workers were ever registered. Writes a JSON summary:
-requests sent, answered right, failed (with the first errors), and the worker lists it saw.
+requests sent, answered right, failed (with the first errors), rekeyed (refused with the old key after
+the key file changed, then answered right with the new one), and the worker lists it saw.
 """
 import argparse
 import json
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 
 PROMPT = "What is 17 + 25? Reply with the number only."
@@ -40,8 +42,12 @@ def main():
     parser.add_argument("--max-seconds", type=float, default=600)
     parser.add_argument("--stop-file", default="")
     args = parser.parse_args()
-    key = open(args.key_file).read().strip() if args.key_file else ""
-    lock, stats = threading.Lock(), {"sent": 0, "ok": 0, "failed": 0, "errors": []}
+    def read_key():
+        return open(args.key_file).read().strip() if args.key_file else ""
+    keys = {"now": read_key()}
+    # rekeyed: answered 401, and answered right when sent again with the key file's new key, as a client
+    # does whose key is rotated under it (a key rotation's router restart); never more than once a request.
+    lock, stats = threading.Lock(), {"sent": 0, "ok": 0, "failed": 0, "rekeyed": 0, "errors": []}
     seen, lists = set(), []
     start = time.monotonic()
 
@@ -57,20 +63,32 @@ def main():
                 if stats["sent"] >= args.max_requests:
                     return
                 stats["sent"] += 1
+            rekeyed = False
             try:
-                answer = call(args.url + "/v1/chat/completions", key, payload)["choices"][0]["message"]["content"]
+                try:
+                    answer = call(args.url + "/v1/chat/completions", keys["now"], payload)
+                except urllib.error.HTTPError as exc:
+                    if exc.code != 401 or read_key() == keys["now"]:
+                        raise
+                    keys["now"], rekeyed = read_key(), True
+                    answer = call(args.url + "/v1/chat/completions", keys["now"], payload)
+                answer = answer["choices"][0]["message"]["content"]
                 good, error = "42" in answer, "wrong answer %r" % answer[:80]
             except Exception as exc:  # HTTP errors, resets, timeouts: each one a failed request
                 good, error = False, "%s: %s" % (type(exc).__name__, exc)
             with lock:
                 stats["ok" if good else "failed"] += 1
+                stats["rekeyed"] += int(rekeyed and good)
+                if not good:  # when the failures began and ended, in seconds from the start
+                    at = round(time.monotonic() - start, 2)
+                    stats["failed_between"] = [stats.get("failed_between", [at])[0], at]
                 if not good and len(stats["errors"]) < 10:
                     stats["errors"].append("%.1fs %s" % (time.monotonic() - start, error))
 
     def watcher():
         while not done() and any(t.is_alive() for t in clients):
             try:
-                urls = sorted(w["url"] for w in call(args.url + "/workers", key, timeout=5)["workers"])
+                urls = sorted(w["url"] for w in call(args.url + "/workers", keys["now"], timeout=5)["workers"])
             except Exception as exc:
                 urls = ["unreadable: %s" % exc]
             with lock:

@@ -12,15 +12,19 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import (INVENTORY, KEY, KEY_FILE, RANK1_URL, ROOT, ROUTER, SERVERS, WORKERS, Load,
+from conftest import (INVENTORY, KEY, KEY_FILE, RANK1_URL, ROOT, ROUTER, ROUTER_URL, SERVERS, WORKERS, Load,
                       ask_through_router, router, say, sh, workers)
 from fleet import report, run_playbook
+from leak_scan import leaks
 
 LEASE_DIR = "/var/lib/sglang-router/leases"
 LEASE_OF = {host: "%s/http_%s_30000.json" % (LEASE_DIR, url.split("//")[1].split(":")[0]) for host, url in WORKERS.items()}
 HEALER_PERIOD = 5  # inventory/lab/group_vars/all.yml
+# The fleet's key from the rotation's test on: every later run asks for it.
+KEY_TWO = "lab-router-secret-2b9c"
+ROTATED = {"sglang_server_api_key": KEY_TWO}
 # Short waits, so that a lease ends within a test: 5 + 10 + 15 = 30 s.
-SHORT_WAITS = {"sglang_server_drain_timeout": 5, "sglang_server_timeout_start_sec": 10, "sglang_server_health_timeout": 15}
+SHORT_WAITS = dict(ROTATED, sglang_server_drain_timeout=5, sglang_server_timeout_start_sec=10, sglang_server_health_timeout=15)
 
 
 def starts(node):
@@ -123,45 +127,85 @@ def test_check_mode_says_what_would_restart_and_touches_neither_router_nor_serve
     assert {node: count_starts(node) for node in SERVERS} == before
 
 
-def test_a_rolling_restart_under_load_drops_no_request_and_restarts_the_group_as_one(capsys):
+def http_code(url, key):
+    """What a server or the router answers a chat request sent with `key`, asked from the router's node
+    (the router 0.3.2 lets /v1/models by without its key; a chat it asks the key of)."""
+    chat = json.dumps({"model": "/models/nvidia/Kimi-K2.5-NVFP4", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "What is 17 + 25?"}]})
+    return sh(ROUTER, "curl -s -o /dev/null -m 30 -w '%%{http_code}' -H 'Authorization: Bearer %s' "
+                      "-H 'Content-Type: application/json' -d '%s' %s/v1/chat/completions" % (key, chat, url)).stdout
+
+
+def test_a_key_rotation_rolls_every_server_under_load_then_moves_the_router(capsys):
+    """site.yml -e sglang_server_api_key=<key two>, as the operations runbook says. The server stage restarts
+    each server with key two, behind the floor, drained, the group as one; the router, still on key one
+    (its key file, read on its host), takes each back with key two of its own. Then the router stage
+    restarts the router with key two, and its clients move to it."""
     before = {node: count_starts(node) for node in SERVERS}
     began = time.time()
-    load = Load("rolling")
-    run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars={"sglang_server_env": {"LAB_ROLLOUT": "2"}})
+    load = Load("rotation")
+    run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars=ROTATED)
     summary = load.finish()
     assert run.rc == 0, run.failure_summary
-    say(capsys, "rolling restart of 3 nodes under load through the router: %d requests at concurrency %d in %.0f s, "
-        "%d answered right, %d failed; worker lists seen: %s"
-        % (summary["sent"], summary["concurrency"], summary["seconds"], summary["ok"], summary["failed"],
-           [(t, [u.rsplit(".", 1)[-1] for u in urls]) for t, urls in summary["worker_lists"]]))
+    lists = [set(urls) for _, urls in summary["worker_lists"]]
+    most_out = max(sum(1 for url in WORKERS.values() if url not in seen) for seen in lists)
+    say(capsys, "key rotation, servers: a rolling restart of 3 nodes under load through the router: %d requests at "
+        "concurrency %d in %.0f s, %d answered right, %d failed; the worker list, read 4 times a second, changed "
+        "%d times, at most %d of %d workers out; lists seen: %s"
+        % (summary["sent"], summary["concurrency"], summary["seconds"], summary["ok"], summary["failed"], len(lists),
+           most_out, len(WORKERS), [(t, [u.rsplit(".", 1)[-1] for u in urls]) for t, urls in summary["worker_lists"]]))
     assert summary["failed"] == 0, summary["errors"]
     assert summary["sent"] >= 100 and summary["ok"] == summary["sent"]
-    # Every node restarted exactly once, and both workers are back, healthy.
+    # The floor (fleet_min_in_service 75% of 2 units: 1 stays in): never more than one worker out.
+    assert most_out == 1, summary["worker_lists"]
+    # Every node restarted exactly once, for its key alone (nothing else changed), and both workers are back.
     assert {node: count_starts(node) - before[node] for node in SERVERS} == {node: 1 for node in SERVERS}
     assert workers() == {url: True for url in WORKERS.values()}
-    # Each worker left the router while it restarted: the lists show it out, then back.
-    lists = [set(urls) for _, urls in summary["worker_lists"]]
     for url in WORKERS.values():
         assert any(url not in seen for seen in lists), url
     assert RANK1_URL not in summary["workers_seen"]  # rank 1 never registered
-    # Drained first: every stop of a worker found nothing in flight (rank 0 of the group ends as its
-    # rank 1 stops, as real ranks do, and says so).
+    # Drained first, with the key each server ran with: every stop found nothing in flight.
     for node in WORKERS:
         stops = [what for when, what in starts(node) if when >= began and "request(s) in flight" in what]
         assert stops and all("with 0 request(s) in flight" in s for s in stops), (node, stops)
-    # The group as one: rank 1 stopped before rank 0, both in the same batch after rt-gpu-1's.
     def first(node, word):
         return min(when for when, what in starts(node) if when >= began and word in what)
     assert first("rt-gpu-3", "Stopped") <= first("rt-gpu-2", "Stopped")
     assert first("rt-gpu-1", "start") < first("rt-gpu-3", "Stopped")
     said = [res.get("msg", "") for name, res in run.hosts["localhost"].results if name == "Multi-node groups restart as one"]
     assert said and "rt_tp_group: ranks rt-gpu-2, rt-gpu-3 in one batch" in said[0]
-    # The report shows the group as one server: rank 1 gated through rank 0.
-    text = report(run)
-    assert "rank 1 of rt_tp_group, gated through rt-gpu-2: healthy" in text
+    assert "rank 1 of rt_tp_group, gated through rt-gpu-2: healthy" in report(run)
+    # The servers answer key two only; the router still asks its clients for key one.
+    assert {url: (http_code(url, KEY_TWO), http_code(url, KEY)) for url in WORKERS.values()} == {
+        url: ("200", "401") for url in WORKERS.values()}
+    assert (http_code(ROUTER_URL, KEY), http_code(ROUTER_URL, KEY_TWO)) == ("200", "401")
+
+    # The router stage: its key file, then its restart; its clients move to key two.
+    load = Load("rotation-router")
+    moved = run_playbook(ROOT / "playbooks/router.yml", INVENTORY, extravars=ROTATED)
+    summary = load.finish()
+    assert moved.rc == 0, moved.failure_summary
+    say(capsys, "key rotation, router: restarted with key two under load: %d requests in %.0f s, %d answered right "
+        "(%d of them sent again with key two after key one's 401), %d failed, between %s s: %s"
+        % (summary["sent"], summary["seconds"], summary["ok"], summary["rekeyed"], summary["failed"],
+           summary.get("failed_between"), summary["errors"][:2]))
+    assert (http_code(ROUTER_URL, KEY_TWO), http_code(ROUTER_URL, KEY)) == ("200", "401")
+    assert workers() == {url: True for url in WORKERS.values()} and "42" in ask_through_router()
+    # A router restart with a single router refuses connections for a moment: a client retries those, as the
+    # OpenAI SDK does by default. Nothing else fails: no request refused for its key, no wrong answer.
+    assert all("Connection refused" in e or "RemoteDisconnected" in e or "reset" in e for e in summary["errors"]), summary
+    # Neither key, in any encoding, is in the runs' results and facts, the report, or any node's command
+    # lines, units and journal.
+    for secret in (KEY, KEY_TWO):
+        for done in (run, moved):
+            assert not leaks(json.dumps(done.events), secret) and not leaks(report(done), secret)
+            assert not leaks(json.dumps([h.facts for h in done.hosts.values()]), secret)
+        for node in SERVERS + [ROUTER]:
+            assert not leaks(sh(node, "ps -eo args; cat /etc/systemd/system/*.service; "
+                                      "journalctl --no-pager -o cat").stdout, secret), (node, secret)
     # A rerun with the same settings takes nobody out and restarts nothing.
-    again = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars={"sglang_server_env": {"LAB_ROLLOUT": "2"}})
-    assert again.rc == 0 and again.changed == 0, again.hosts
+    again = run_playbook(ROOT / "site.yml", INVENTORY, tags="server,router", extravars=ROTATED)
+    assert again.rc == 0 and again.changed == 0, {h: r.changed_tasks for h, r in again.hosts.items()}
 
 
 def test_a_failed_gate_keeps_its_host_out_of_the_router_and_stops_the_rollout(capsys):
