@@ -68,9 +68,10 @@ def main():
                 try:
                     answer = call(args.url + "/v1/chat/completions", keys["now"], payload)
                 except urllib.error.HTTPError as exc:
-                    if exc.code != 401 or read_key() == keys["now"]:
+                    fresh = read_key()
+                    if exc.code != 401 or fresh == keys["now"]:
                         raise
-                    keys["now"], rekeyed = read_key(), True
+                    keys["now"], rekeyed = fresh, True
                     answer = call(args.url + "/v1/chat/completions", keys["now"], payload)
                 answer = answer["choices"][0]["message"]["content"]
                 good, error = "42" in answer, "wrong answer %r" % answer[:80]
@@ -82,8 +83,8 @@ def main():
                 if not good:  # when the failures began and ended, in seconds from the start
                     at = round(time.monotonic() - start, 2)
                     stats["failed_between"] = [stats.get("failed_between", [at])[0], at]
-                if not good and len(stats["errors"]) < 10:
-                    stats["errors"].append("%.1fs %s" % (time.monotonic() - start, error))
+                    if len(stats["errors"]) < 10:
+                        stats["errors"].append("%.1fs %s" % (at, error))
 
     def watcher():
         while not done() and any(t.is_alive() for t in clients):

@@ -80,6 +80,12 @@ def wait_for(router_url, api_key, timeout, done, sleep=time.sleep, clock=time.mo
         sleep(0.5)
 
 
+def read_key(path):
+    """The key a router runs with, from its key file (the router role's: the key alone, then a newline)."""
+    with open(path) as handle:
+        return handle.read().strip()
+
+
 def ensure(p, check_mode=False, sleep=time.sleep, clock=time.monotonic):
     """(changed, workers, waited) for the asked state; raises RouterError when the router does not get there.
 
@@ -106,9 +112,9 @@ def ensure(p, check_mode=False, sleep=time.sleep, clock=time.monotonic):
     if changed:
         if check_mode:
             return True, listed, 0.0
-        payload = {"url": url}
-        if p.get("worker_api_key") or key:
-            payload["api_key"] = p.get("worker_api_key") or key
+        payload, worker_key = {"url": url}, p.get("worker_api_key") or key
+        if worker_key:
+            payload["api_key"] = worker_key
         call(router, key, "POST", "/workers", payload)
     elif current["healthy"] or check_mode:
         # Listed: nothing to register. Waiting for it to turn healthy is a real run's (and the health

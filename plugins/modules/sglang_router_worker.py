@@ -158,7 +158,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.drain_lease import FAILED, LeaseError, lease_seconds, new as new_lease, read as read_lease
 from ansible.module_utils.drain_lease import describe, expired, remove as remove_lease, write as write_lease
 # The router's API has one home, which the router host's healer shares (module_utils/router_api.py).
-from ansible.module_utils.router_api import RouterDown, RouterError, ensure, find, workers  # noqa: F401
+from ansible.module_utils.router_api import RouterDown, RouterError, ensure, find, read_key, workers  # noqa: F401
 
 
 def leased(p, check_mode=False, sleep=time.sleep, clock=time.monotonic, now=time.time):
@@ -251,8 +251,7 @@ def with_key_file(p):
     if not p.get("api_key_file"):
         return p
     try:
-        with open(p["api_key_file"]) as handle:
-            key = handle.read().strip()
+        key = read_key(p["api_key_file"])
     except FileNotFoundError:
         key = ""
     return dict(p, api_key=key)

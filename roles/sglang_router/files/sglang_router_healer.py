@@ -99,8 +99,7 @@ def main(argv=None):
         config = json.load(handle)
     key = ""
     if config.get("key_file"):
-        with open(config["key_file"]) as handle:
-            key = handle.read().strip()
+        key = api.read_key(config["key_file"])
     try:
         heal(config, key)
     except api.RouterError as exc:
