@@ -93,24 +93,30 @@ def test_without_the_whole_fleet_named_a_run_is_its_inventory(tmp_path, fleet_ch
      "the router registers every worker of the fleet"),
     ("playbooks/monitoring.yml", "This run holds the whole fleet, which Prometheus scrapes",
      "Prometheus scrapes every GPU host of the fleet"),
+    ("playbooks/server.yml", "This run holds the whole fleet, whose floor the rollout keeps",
+     "the rollout counts its floor over every server of the fleet and takes each out of its routers"),
 ])
 def test_the_stages_that_serve_the_whole_fleet_refuse_a_slice_naming_the_hosts_it_lacks(tmp_path, playbook, task, what):
-    # A slice of the router and the monitoring host: no GPU host, whose exporters would run here.
+    # A slice of the router and the monitoring host (no GPU host, whose exporters would run here), or of
+    # two GPU hosts, whose servers the server stage would restart.
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    gpus = ["g1", "g2"] if "server" in playbook else []
     inventory = tmp_path / "slice.yml"
     inventory.write_text(yaml.safe_dump({"all": {"vars": {"fleet_gpu_nodes": FLEET}, "children": {
-        "gpu_nodes": {"hosts": {}},
+        "gpu_nodes": {"hosts": {h: dict(local) for h in gpus}},
         "sglang_routers": {"hosts": {"r1": dict(local)}},
         "monitoring": {"hosts": {"m1": dict(local)}}}}}))
-    result = fleet.run_playbook(ROOT / playbook, inventory, extravars={"fleet_state_dir": str(tmp_path / "state")},
+    result = fleet.run_playbook(ROOT / playbook, inventory, extravars={"fleet_state_dir": str(tmp_path / "state"),
+                                                                       "sglang_install_id": ""},
                                 env={"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")})
     assert result.rc != 0 and result.changed == 0
-    host = "r1" if "router" in playbook else "m1"
-    (failure,) = result.hosts[host].failures
-    assert failure["task"] == task
-    assert failure["msg"] == ("%s: %s: this run is a slice of the fleet, without g1, g2, g3, g4, g5, g6, so it would leave "
-                              "them out: run this stage in a job that is not sliced (the AWX workflow's finish job)"
-                              % (host, what))
+    lacks = [h for h in sorted(FLEET) if h not in gpus]
+    for host in gpus or ["r1" if "router" in playbook else "m1"]:
+        (failure,) = result.hosts[host].failures
+        assert failure["task"] == task
+        assert failure["msg"] == ("%s: %s: this run is a slice of the fleet, without %s, so it would leave them out: "
+                                  "run this stage in a job that is not sliced (the AWX workflow's finish job)"
+                                  % (host, what, ", ".join(lacks)))
 
 
 def test_the_checks_run_in_the_first_stage_that_reaches_a_host_only(tmp_path):
