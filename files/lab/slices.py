@@ -10,13 +10,18 @@ manifest directory. Then, as AWX would run it:
 1. the rollout job sliced in two, which splits the group: every slice must be refused, naming it,
    before any change;
 2. docs/awx-workflow.yml: prepare (unsliced), the rollout in three slices at once ([1, 4, router],
-   [2, 5], [3, 6]: the group kept whole), finish (unsliced).
+   [2, 5], [3, 6]: the group kept whole), finish (unsliced: the server stage, the router, verify);
+3. the same workflow again with a change on every server (an environment variable of the unit), under
+   load through the router: the finish job restarts the five units under the fleet's floor
+   (fleet_min_in_service, 75% of 5 units: 3 stay in), each drained out of the router first.
 
-It counts what the issue of slice-safe fleet-once steps asks for: flash-attn builds (1), the bytes the
-Hub sent per model (1x), the router's workers (every unit of the fleet), and the refusal; prints them,
-and exits 1 if any is off. The fleet is taken down at the end unless --keep. It takes about seven
-minutes on two cores (425 s), which would take CI past its 45, so bin/test does not run it: the default
-and sglang_model scenarios test each part on their own fleets (docs/awx.md).
+It counts what the issues of slice-safe fleet-once steps and of the fleet's floor ask for: flash-attn
+builds (1), the bytes the Hub sent per model (1x), the router's workers (every unit of the fleet), the
+refusal, and in 3. every server restarted once, at most 2 of the 5 workers out of the router's list (read
+4 times a second) and 0 failed requests; prints them, and exits 1 if any is off. The fleet is taken down
+at the end unless --keep. It takes about ten minutes on two cores, which would take CI past its 45, so
+bin/test does not run it: the default, sglang_model and sglang_router scenarios test each part on their
+own fleets (docs/awx.md).
 """
 from __future__ import annotations
 
@@ -41,6 +46,10 @@ from fleet import awx_sliced_inventories, run_awx_workflow, run_playbook  # noqa
 
 GPUS = ["slices-gpu-%d" % i for i in range(1, 7)]
 ROUTER = "slices-router-1"
+# The router's address: the pod's loopback, 127.0.1.N by the order of the nodes' names (the router is 7th).
+ROUTER_URL = "http://127.0.1.7:30090"
+# fleet_min_in_service's default, 75% of the fleet's 5 units rounded down, keeps 3 in: 2 may be out.
+FLOOR_OUT = 2
 GROUP = "slices_tp"
 RANKS = ["slices-gpu-3", "slices-gpu-6"]
 FOLDER = ROOT / ".lab" / "slices-fleet-6"
@@ -77,6 +86,31 @@ def write_inventory() -> tuple[Path, dict]:
 
 def sh(node: str, script: str) -> str:
     return subprocess.run(["podman", "exec", node, "sh", "-c", script], capture_output=True, text=True).stdout
+
+
+def server_starts(node: str) -> int:
+    """The lab server's starts on a node so far, from its journal."""
+    return sum(1 for line in sh(node, "journalctl -u sglang --no-pager -o cat").splitlines()
+               if "lab-server: /models" in line and " on 127.0.1." in line)
+
+
+class RouterLoad:
+    """files/lab/router_load.py on the router's node (the pod's loopback), until stopped or its own bounds."""
+
+    def __init__(self, url: str) -> None:
+        script = (HERE / "router_load.py").read_text()
+        subprocess.run(["podman", "exec", "-i", ROUTER, "sh", "-c", "rm -f /tmp/slices-load.*; cat > /tmp/router_load.py"],
+                       input=script, text=True, check=True)
+        self.process = subprocess.Popen(
+            ["podman", "exec", ROUTER, "python3", "/tmp/router_load.py", "--url", url, "--out", "/tmp/slices-load.json",
+             "--concurrency", "4", "--max-requests", "20000", "--max-seconds", "900",
+             "--stop-file", "/tmp/slices-load.stop"])
+        time.sleep(2)
+
+    def finish(self) -> dict:
+        sh(ROUTER, "touch /tmp/slices-load.stop")
+        self.process.wait(timeout=120)
+        return json.loads(sh(ROUTER, "cat /tmp/slices-load.json") or "{}")
 
 
 def hub_bytes(pod: str) -> dict:
@@ -139,11 +173,39 @@ def main(argv: list[str] | None = None) -> int:
         check("Hub bytes: 1x each model", all(served[repo] == sizes[repo] for repo in sizes),
               ", ".join("%s %d of %d" % (repo, served[repo], sizes[repo]) for repo in sorted(sizes)))
 
-        listed = sh(ROUTER, "curl -sf -m 30 http://127.0.1.7:30090/workers")
+        listed = sh(ROUTER, "curl -sf -m 30 %s/workers" % ROUTER_URL)
         urls = sorted(w["url"] for w in json.loads(listed or "{}").get("workers", []))
         wanted = sorted("http://127.0.1.%d:30000" % (i + 1) for i, name in enumerate(sorted(GPUS + [ROUTER]))
                         if name in GPUS and name != RANKS[1])
         check("router workers: every unit of the fleet", urls == wanted, "%d listed: %s" % (len(urls), urls))
+
+        # 3. A change on every server, the workflow again, under load through the router.
+        before = {name: server_starts(name) for name in GPUS}
+        changed = dict(inventory_vars, sglang_server_env={"LAB_ROLLOUT": "slices-floor"})
+        load = RouterLoad(ROUTER_URL)
+        t0 = time.monotonic()
+        jobs = run_awx_workflow(ROOT / "docs/awx-workflow.yml", inventory, JOBS, changed, PREFIX + "changed-")
+        took = time.monotonic() - t0
+        summary = load.finish()
+        for name, job_runs in jobs:
+            for run in job_runs:
+                hosts = sorted(set(run.hosts) - {"localhost"})
+                check("changed: job %s over %s passes" % (name, ", ".join(hosts)), run.rc == 0,
+                      run.failure_summary[:300] if run.rc else "%d change(s)" % run.changed)
+        restarted = {name: server_starts(name) - before[name] for name in GPUS}
+        check("changed: every server restarted once", restarted == {name: 1 for name in GPUS}, json.dumps(restarted))
+        lists = [set(urls) for _, urls in summary.get("worker_lists", [])]
+        most_out = max((sum(1 for url in wanted if url not in seen) for seen in lists), default=-1)
+        each_out = all(any(url not in seen for seen in lists) for url in wanted)
+        check("changed: the floor held (75%% of %d units: at most %d out)" % (len(wanted), FLOOR_OUT),
+              0 < most_out <= FLOOR_OUT and each_out,
+              "at most %d of %d workers out in %d worker lists over %.0f s; every worker out once: %s; lists: %s"
+              % (most_out, len(wanted), len(lists), took, each_out,
+                 [(t, [url.split(":")[1].rsplit(".", 1)[-1] for url in urls]) for t, urls in summary.get("worker_lists", [])]))
+        check("changed: 0 failed requests through the router",
+              summary.get("failed") == 0 and summary.get("sent", 0) >= 100 and summary.get("ok") == summary.get("sent"),
+              "%s sent, %s answered right, %s failed: %s" % (summary.get("sent"), summary.get("ok"),
+                                                              summary.get("failed"), summary.get("errors", [])[:2]))
     finally:
         print("\n| check | result | detail |\n|---|---|---|")
         for what, result, detail in checks:

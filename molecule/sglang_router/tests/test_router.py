@@ -20,6 +20,8 @@ from leak_scan import leaks
 LEASE_DIR = "/var/lib/sglang-router/leases"
 LEASE_OF = {host: "%s/http_%s_30000.json" % (LEASE_DIR, url.split("//")[1].split(":")[0]) for host, url in WORKERS.items()}
 HEALER_PERIOD = 5  # inventory/lab/group_vars/all.yml
+# The server's root-only key file for local clients, which the plan writes (no running server reads it).
+ENV_FILE = "/etc/sglang/sglang.env"
 # The fleet's key from the rotation's test on: every later run asks for it.
 KEY_TWO = "lab-router-secret-2b9c"
 ROTATED = {"sglang_server_api_key": KEY_TWO}
@@ -53,6 +55,25 @@ def healer_lines(since):
 
 def count_starts(node):
     return sum(1 for _, what in starts(node) if what == "start")
+
+
+def controller(tmp_path, name, playbook, extravars, limit=None):
+    """ansible-playbook in a session of its own, as an operator's shell runs it (so that a SIGKILL of its
+    process group is a dropped SSH session or a closed laptop); its output in tmp_path/<name>.log."""
+    (tmp_path / ("%s.json" % name)).write_text(json.dumps(extravars))
+    log = tmp_path / ("%s.log" % name)
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY, str(ROOT / playbook),
+            "-e", "@%s" % (tmp_path / ("%s.json" % name))] + (["--limit", limit] if limit else [])
+    with open(log, "w") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    return process, log
+
+
+def kill(process):
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
 
 
 def test_the_router_fronts_rank_0_of_each_server_and_answers_through_them():
@@ -136,12 +157,36 @@ def http_code(url, key):
                       "-H 'Content-Type: application/json' -d '%s' %s/v1/chat/completions" % (key, chat, url)).stdout
 
 
-def test_a_key_rotation_rolls_every_server_under_load_then_moves_the_router(capsys):
-    """site.yml -e sglang_server_api_key=<key two>, as the operations runbook says. The server stage restarts
-    each server with key two, behind the floor, drained, the group as one; the router, still on key one
-    (its key file, read on its host), takes each back with key two of its own. Then the router stage
-    restarts the router with key two, and its clients move to it."""
+def test_a_key_rotation_killed_after_its_plan_is_finished_by_a_rerun_under_load_then_moves_the_router(capsys, tmp_path):
+    """site.yml -e sglang_server_api_key=<key two>, as the operations runbook says, its first run SIGKILLed
+    as soon as the plan has run on every host. The rerun's server stage restarts each server with key two,
+    behind the floor, drained, the group as one; the router, still on key one (its key file, read on its
+    host), takes each back with key two of its own. Then the router stage restarts the router with key
+    two, and its clients move to it."""
     before = {node: count_starts(node) for node in SERVERS}
+    env_files = {node: sh(node, "sha256sum %s" % ENV_FILE).stdout for node in SERVERS}
+    # Killed once the plan has run on every host: the play that plans the rollout has begun, no server has
+    # been drained. The plan wrote what no running server reads (the root-only key file for local clients).
+    process, log = controller(tmp_path, "killed-after-the-plan", "playbooks/server.yml", ROTATED)
+    try:
+        deadline = time.monotonic() + 300
+        while (time.monotonic() < deadline and process.poll() is None
+               and "PLAY [The rollout is planned" not in log.read_text()):
+            time.sleep(0.1)
+        assert process.poll() is None, log.read_text()[-3000:]
+        os.killpg(process.pid, signal.SIGKILL)
+    finally:
+        kill(process)
+    planned = log.read_text()
+    assert all(sh(node, "sha256sum %s" % ENV_FILE).stdout != env_files[node] for node in SERVERS), planned[-3000:]
+    assert {node: count_starts(node) for node in SERVERS} == before
+    assert workers() == {url: True for url in WORKERS.values()}
+    assert {url: http_code(url, KEY) for url in WORKERS.values()} == {url: "200" for url in WORKERS.values()}
+    say(capsys, "key rotation: the controller SIGKILLed as the rollout was planned: every host's key file for "
+        "local clients holds key two, every server still runs with key one, no server restarted")
+
+    # The rerun, under load through the router: the plan finds each server's --config file unlike the key
+    # asked for, and restarts exactly those servers.
     began = time.time()
     load = Load("rotation")
     run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars=ROTATED)
@@ -156,6 +201,10 @@ def test_a_key_rotation_rolls_every_server_under_load_then_moves_the_router(caps
            most_out, len(WORKERS), [(t, [u.rsplit(".", 1)[-1] for u in urls]) for t, urls in summary["worker_lists"]]))
     assert summary["failed"] == 0, summary["errors"]
     assert summary["sent"] >= 100 and summary["ok"] == summary["sent"]
+    said = {host: [res.get("msg", "") for name, res in result.results
+                   if name == "A key the server does not run with yet is said (never the key)"]
+            for host, result in run.hosts.items()}
+    assert all(said[node] and "the server restarts with the new key" in said[node][0] for node in SERVERS), said
     # The floor (fleet_min_in_service 75% of 2 units: 1 stays in): never more than one worker out.
     assert most_out == 1, summary["worker_lists"]
     # Every node restarted exactly once, for its key alone (nothing else changed), and both workers are back.
@@ -281,29 +330,21 @@ def test_a_killed_rollout_s_worker_comes_back_by_itself_under_load(capsys, tmp_p
                    "c[\"startup_seconds\"] = 8; json.dump(c, open(\"/etc/lab-gpu/server-kill.json\", \"w\"))'")
     starts_before = count_starts("rt-gpu-1")
     began = time.time()
-    (tmp_path / "release.json").write_text(json.dumps(KILL_RELEASE))
     load = Load("killed")
-    log = open(tmp_path / "killed-run.log", "w")
-    controller = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY, str(ROOT / "playbooks/server.yml"),
-         "--limit", KILL_LIMIT, "-e", "@%s" % (tmp_path / "release.json")],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    process, log = controller(tmp_path, "killed-run", "playbooks/server.yml", KILL_RELEASE, limit=KILL_LIMIT)
     try:
         # The moment: rt-gpu-1 is out of the router under its lease, and its server has restarted.
         deadline, taken = time.monotonic() + 180, None
-        while time.monotonic() < deadline and controller.poll() is None:
+        while time.monotonic() < deadline and process.poll() is None:
             taken = lease("rt-gpu-1")
             if taken and WORKERS["rt-gpu-1"] not in workers() and count_starts("rt-gpu-1") > starts_before:
                 break
             time.sleep(0.2)
-        assert controller.poll() is None and taken, (taken, (tmp_path / "killed-run.log").read_text()[-3000:])
-        os.killpg(controller.pid, signal.SIGKILL)
+        assert process.poll() is None and taken, (taken, log.read_text()[-3000:])
+        os.killpg(process.pid, signal.SIGKILL)
         killed_at = time.time()
     finally:
-        if controller.poll() is None:
-            os.killpg(controller.pid, signal.SIGKILL)
-        controller.wait(timeout=30)
+        kill(process)
     assert taken["state"] == "draining" and taken["host"] == "rt-gpu-1" and taken["seconds"] == 30, taken
     assert taken["run"].endswith("Z") and "@" in taken["run"], taken  # user@controller and the run's start
     # The load loop runs on; the worker comes back by itself within the lease and one healer period.
