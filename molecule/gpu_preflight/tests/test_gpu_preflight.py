@@ -30,8 +30,9 @@ def test_check_mode_on_the_converged_node_changes_nothing():
     assert run.hosts["preflight-fit"].changed == 0
 
 
-def test_facts_for_later_roles_are_set():
+def test_a_rerun_changes_nothing_and_sets_the_facts_for_later_roles():
     run = run_playbook(ROOT / "playbooks/preflight.yml", INVENTORY)
+    assert run.rc == 0 and run.hosts["preflight-fit"].changed == 0, run.hosts["preflight-fit"].changed_tasks
     facts = run.hosts["preflight-fit"].facts
     assert facts["gpu_preflight_gpu_count"] == 8
     assert facts["gpu_preflight_cuda_archs"] == "120"
