@@ -59,6 +59,7 @@ import glob
 import importlib.util
 import ipaddress
 import os
+from collections.abc import Mapping
 
 import yaml
 from ansible.errors import AnsibleFilterError
@@ -163,11 +164,35 @@ def _vars(hostvars, host):
         raise AnsibleFilterError("%s is not a host of this inventory" % host)
 
 
+class _Settings(Mapping):
+    """`host`'s fleet settings, each read from its variables the first time it is asked for. A host's
+    variables are all computed at each hostvars[host], and each of its values is templated when read: the
+    roles' topology reads a few settings of every host in every task that uses it, not all of them."""
+
+    def __init__(self, host, hostvars):
+        self.host, self.found, self._read = host, _vars(hostvars, host), {}
+
+    def __getitem__(self, name):
+        if name not in self._read:
+            default = fleet_defaults()[name]
+            self._read[name] = self.found[name] if name in self.found else default
+        return self._read[name]
+
+    def __iter__(self):
+        return iter(fleet_defaults())
+
+    def __len__(self):
+        return len(fleet_defaults())
+
+    def reached_at(self):
+        """Where other hosts reach this host: its ansible_host, else its inventory name."""
+        return str(self.found.get("ansible_host") or self.host)
+
+
 def fleet_settings(host, hostvars):
     """Every fleet setting as it holds for `host`: its own variable where the inventory (or a fact)
     sets one, else the fleet layer's default."""
-    found = _vars(hostvars, host)
-    return {name: (found[name] if name in found else default) for name, default in fleet_defaults().items()}
+    return dict(_Settings(host, hostvars))
 
 
 def reached_at(host, hostvars):
@@ -184,23 +209,23 @@ ROUTER_SERVICE_DEFAULT = "sglang-router"
 
 
 def _router(host, hostvars):
-    settings = fleet_settings(host, hostvars)
+    settings = _Settings(host, hostvars)
     return {"url": http_url(settings["fleet_router_host"], settings["fleet_router_port"]),
             "metrics": scrape_address(settings["fleet_router_prometheus_host"], settings["fleet_router_prometheus_port"],
-                                      reached_at(host, hostvars)),
+                                      settings.reached_at()),
             "lease_dir": settings["fleet_router_lease_dir"],
             # The router role's key file (roles/sglang_router/vars/main.yml), named after its service; the
             # default here is that role's own, which tests/unit/test_fleet_layer.py holds the two to.
             "key_file": "%s/%s.key" % (settings["fleet_config_dir"],
-                                       _vars(hostvars, host).get("sglang_router_service") or ROUTER_SERVICE_DEFAULT)}
+                                       settings.found.get("sglang_router_service") or ROUTER_SERVICE_DEFAULT)}
 
 
 def fleet_topology(hosts, hostvars, groups, routers=()):
     units, rank0 = [], {}
     for unit in sglang_rollout_units(hosts, hostvars, groups):
-        settings = fleet_settings(unit["rank0"], hostvars)
+        settings = _Settings(unit["rank0"], hostvars)
         # How the routers and the other ranks reach rank 0: fleet_server_advertise_host, else as any host.
-        advertised = str(settings["fleet_server_advertise_host"] or reached_at(unit["rank0"], hostvars))
+        advertised = str(settings["fleet_server_advertise_host"] or settings.reached_at())
         unit = dict(unit,
                     worker_url=http_url(settings["fleet_server_host"], settings["fleet_server_port"], advertised),
                     dist_init_addr=("%s:%s" % (advertised, settings["fleet_server_dist_init_port"])
@@ -226,7 +251,7 @@ def fleet_in_service(hosts, hostvars, groups):
 def fleet_units(host, hostvars, groups):
     """How many units (a server, or a multi-node group) the whole fleet has: fleet_gpu_nodes where it names
     the whole fleet (a slice's inventory holds only part of it), else this inventory's gpu_nodes."""
-    whole = fleet_settings(host, hostvars)["fleet_gpu_nodes"] or {}
+    whole = _Settings(host, hostvars)["fleet_gpu_nodes"] or {}
     if isinstance(whole, dict) and whole:
         return sum(1 for group in whole.values() if not group) + len({group for group in whole.values() if group})
     return len(sglang_rollout_units(groups.get("gpu_nodes") or [], hostvars, groups))
@@ -244,7 +269,7 @@ def fleet_unit(topology, host):
 def fleet_pip_environment(host, hostvars):
     """The environment of every pip run on `host` (sglang, flash-attn, the router, the bench): the
     fleet's proxy and PIP_* settings, and its index, extra indexes, find-links and no-index."""
-    settings = fleet_settings(host, hostvars)
+    settings = _Settings(host, hostvars)
     base = dict(settings["fleet_proxy_env"] or {}, **(settings["fleet_pip_env"] or {}))
     return pip_environment(base, index_url=settings["fleet_pip_index_url"],
                            extra_index_urls=settings["fleet_pip_extra_index_urls"],
@@ -403,7 +428,8 @@ def fleet_open_listeners(host, hostvars):
     """The API listeners of `host` that other hosts reach and that ask no key: a server (a gpu_nodes host)
     whose fleet_server_host is off loopback with an empty sglang_server_api_key, a router (an sglang_routers
     host) whose fleet_router_host is with an empty key. Each says where it listens and which setting is empty."""
-    settings, found = fleet_settings(host, hostvars), _vars(hostvars, host)
+    settings = _Settings(host, hostvars)
+    found = settings.found
     groups = found.get("group_names") or []
     listeners = []
     if "gpu_nodes" in groups and not _loopback(settings["fleet_server_host"]) and not found.get("sglang_server_api_key"):
@@ -422,8 +448,8 @@ def fleet_problems(host, hostvars):
     range, two of the fleet's listeners on one port
     (a GPU host may run a router too), or an nvidia-smi that is not an absolute path (the gpu-init unit
     and the GPU collector's unit run it outside any PATH the preflight saw)."""
-    settings = fleet_settings(host, hostvars)
-    found = _vars(hostvars, host)
+    settings = _Settings(host, hostvars)
+    found = settings.found
     problems = ["%s is set, but the setting is the fleet layer's now: rename it %s" % (old, new)
                 for old, new in MOVED.items() if old in found]
     problems += unknown_settings(found)
@@ -457,7 +483,7 @@ def fleet_slice(host, hostvars, groups):
     inventory keeps every host). The seed is the one host that does the fleet-once steps (the
     flash-attn build, the model's first fetch) for every slice: fleet_seed_host, else the first of
     fleet_gpu_nodes by name, so that every slice names the same one."""
-    settings = fleet_settings(host, hostvars)
+    settings = _Settings(host, hostvars)
     whole = settings["fleet_gpu_nodes"] or {}
     here = list(groups.get("gpu_nodes") or [])
     whole_names = sorted(whole) if isinstance(whole, dict) else []
@@ -484,7 +510,7 @@ def fleet_slice_problems(host, hostvars, groups):
     whose inventory holds only the slice's hosts, and groups only their slice's members) must hold
     every rank of each group it holds, since a group's size is the count of its inventory group: a
     split group would start as a smaller, wrong one."""
-    whole = fleet_settings(host, hostvars)["fleet_gpu_nodes"] or {}
+    whole = _Settings(host, hostvars)["fleet_gpu_nodes"] or {}
     here = list(groups.get("gpu_nodes") or [])
     if not whole or host not in here:
         return []

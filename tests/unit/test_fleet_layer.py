@@ -1,5 +1,6 @@
 """The fleet layer: one definition of what several roles read, the same for the hosts a play runs on
 and for those it only reads about, and one derivation of the topology (plugins/filter/fleet_layer.py)."""
+import collections
 import re
 
 import pytest
@@ -153,6 +154,45 @@ def test_every_role_that_reads_a_fleet_setting_depends_on_the_fleet_role():
         deps = yaml.safe_load((role / "meta/main.yml").read_text()).get("dependencies") or []
         assert not reads or {"role": "fleet"} in [d if isinstance(d, dict) else {"role": d} for d in deps], \
             (role.name, sorted(reads))
+
+
+class _Counted(dict):
+    """A host's variables as hostvars gives them: each value read is templated, which is what costs."""
+
+    def __init__(self, values, reads):
+        super().__init__(values)
+        self.reads = reads
+
+    def __getitem__(self, name):
+        self.reads.append(name)
+        return super().__getitem__(name)
+
+
+class _CountedHostvars(dict):
+    """hostvars: every hostvars[host] computes all of that host's variables (VariableManager.get_vars)."""
+
+    def __init__(self, hostvars):
+        super().__init__(hostvars)
+        self.hosts, self.reads = [], []
+
+    def __getitem__(self, host):
+        self.hosts.append(host)
+        return _Counted(super().__getitem__(host), self.reads)
+
+
+def test_the_topology_templates_only_the_settings_it_uses():
+    """Every task that uses the topology derives it again, for every host of the fleet: reading all of each
+    host's 34 settings (each a template in an inventory like the lab's) cost a fifth of a no-op run's
+    controller CPU (docs/performance.md)."""
+    hostvars = _CountedHostvars(HOSTVARS)
+    plain = fleet_topology(["a", "b0", "b1", "c"], HOSTVARS, GROUPS, ["gw"])
+    assert fleet_topology(["a", "b0", "b1", "c"], hostvars, GROUPS, ["gw"]) == plain
+    # Once for each unit's rank 0 and each router, beside the rollout units' read of each server's group.
+    assert collections.Counter(hostvars.hosts) == {"a": 2, "b0": 2, "b1": 1, "c": 2, "gw": 1}
+    assert set(hostvars.reads) <= {"fleet_server_host", "fleet_server_port", "fleet_server_advertise_host",
+                                   "fleet_server_dist_init_port", "fleet_served_model_name", "fleet_model_dir",
+                                   "fleet_router_host", "fleet_router_port", "fleet_router_prometheus_host",
+                                   "fleet_router_prometheus_port", "fleet_router_lease_dir", "fleet_config_dir"}
 
 
 def test_the_module_reads_the_defaults_once():
