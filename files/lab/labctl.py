@@ -356,7 +356,9 @@ def start_nodes(names: list[str], pod: str) -> None:
         log(f"starting {name}")
         podman("run", "-d", "--name", name, "--hostname", name, "--label", LABEL, "--pod", pod,
                # SYS_ADMIN: systemd's sandboxing (ProtectSystem=, PrivateTmp=...) needs namespaces.
-               "--systemd=always", "--cap-add", "SYS_ADMIN",
+               # NET_ADMIN: a router restart's hold of new connections (nftables), in the pod's own
+               # network namespace, which holds nothing but the fleet's loopback.
+               "--systemd=always", "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN",
                "--volume", f"{WHEELHOUSE}:/srv/lab-wheelhouse:ro",
                "--volume", f"{aptrepo.REPO}:/srv/lab-apt:ro",
                IMAGE_CURRENT, "/sbin/init")

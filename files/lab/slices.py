@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE))
 
 import hub_fixture  # noqa: E402
 import labctl  # noqa: E402
+from lab_nodes import RouterLoad, server_starts  # noqa: E402
 from fleet import awx_sliced_inventories, run_awx_workflow, run_playbook  # noqa: E402
 
 GPUS = ["slices-gpu-%d" % i for i in range(1, 7)]
@@ -86,31 +87,6 @@ def write_inventory() -> tuple[Path, dict]:
 
 def sh(node: str, script: str) -> str:
     return subprocess.run(["podman", "exec", node, "sh", "-c", script], capture_output=True, text=True).stdout
-
-
-def server_starts(node: str) -> int:
-    """The lab server's starts on a node so far, from its journal."""
-    return sum(1 for line in sh(node, "journalctl -u sglang --no-pager -o cat").splitlines()
-               if "lab-server: /models" in line and " on 127.0.1." in line)
-
-
-class RouterLoad:
-    """files/lab/router_load.py on the router's node (the pod's loopback), until stopped or its own bounds."""
-
-    def __init__(self, url: str) -> None:
-        script = (HERE / "router_load.py").read_text()
-        subprocess.run(["podman", "exec", "-i", ROUTER, "sh", "-c", "rm -f /tmp/slices-load.*; cat > /tmp/router_load.py"],
-                       input=script, text=True, check=True)
-        self.process = subprocess.Popen(
-            ["podman", "exec", ROUTER, "python3", "/tmp/router_load.py", "--url", url, "--out", "/tmp/slices-load.json",
-             "--concurrency", "4", "--max-requests", "20000", "--max-seconds", "900",
-             "--stop-file", "/tmp/slices-load.stop"])
-        time.sleep(2)
-
-    def finish(self) -> dict:
-        sh(ROUTER, "touch /tmp/slices-load.stop")
-        self.process.wait(timeout=120)
-        return json.loads(sh(ROUTER, "cat /tmp/slices-load.json") or "{}")
 
 
 def hub_bytes(pod: str) -> dict:
@@ -182,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         # 3. A change on every server, the workflow again, under load through the router.
         before = {name: server_starts(name) for name in GPUS}
         changed = dict(inventory_vars, sglang_server_env={"LAB_ROLLOUT": "slices-floor"})
-        load = RouterLoad(ROUTER_URL)
+        load = RouterLoad(ROUTER, "slices-load", ROUTER_URL, max_requests=20000, seconds=900)
         t0 = time.monotonic()
         jobs = run_awx_workflow(ROOT / "docs/awx-workflow.yml", inventory, JOBS, changed, PREFIX + "changed-")
         took = time.monotonic() - t0

@@ -3,14 +3,15 @@
 # a real fleet is: SSH as `ubuntu` with password-less sudo (labctl installs the lab's key per node).
 # As a cloud image ships: no python3-debian (the cuda role installs it from the lab's distro
 # mirror). build-essential and python3-dev are in the image because their closure is too large
-# for the lab mirror; the sglang role still installs them, and finds them present.
+# for the lab mirror; the sglang role still installs them, and finds them present. nftables likewise (the
+# router role's restart holds new connections with it).
 # The image tag is this file's hash, so editing it is what triggers a rebuild.
 # Usage: recipe.sh ROOTFS_DIR
 set -euo pipefail
 rootfs=$1
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 debootstrap --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,build-essential,python3-dev,procps,iproute2,ca-certificates,curl,sudo,openssh-server \
+  --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-packaging,build-essential,python3-dev,procps,iproute2,nftables,ca-certificates,curl,sudo,openssh-server \
   bookworm "$rootfs" "$mirror"
 # The cloud image's user: password-less sudo as cloud-init writes it, no password at all.
 chroot "$rootfs" useradd --create-home --shell /bin/bash ubuntu

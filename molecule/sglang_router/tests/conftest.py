@@ -1,13 +1,15 @@
 """What the scenario's tests share: the fleet's names and addresses, commands on its nodes, the router's
-API, and load through the router (files/lab/router_load.py, on the router's node, so every request
-stays on the pod's loopback)."""
+API, and load through the router (files/lab/lab_nodes.py runs files/lab/router_load.py on the router's
+node, so every request stays on the pod's loopback)."""
 import json
 import os
-import subprocess
-import time
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "files/lab"))
+from lab_nodes import RouterLoad, node_sh as sh  # noqa: E402  (sh: a command on a node)
+
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SERVERS = ["rt-gpu-1", "rt-gpu-2", "rt-gpu-3"]
 ROUTER = "rt-router"
@@ -16,13 +18,6 @@ ROUTER_URL = "http://127.0.1.4:30090"
 WORKERS = {"rt-gpu-1": "http://127.0.1.1:30000", "rt-gpu-2": "http://127.0.1.2:30000"}
 RANK1_URL = "http://127.0.1.3:30000"
 KEY_FILE = "/etc/sglang/sglang-router.key"
-
-
-def sh(node, script, check=True):
-    done = subprocess.run(["podman", "exec", node, "sh", "-c", script], capture_output=True, text=True)
-    if check:
-        assert done.returncode == 0, (node, script, done.stderr)
-    return done
 
 
 def router(path, payload=None):
@@ -43,26 +38,10 @@ def ask_through_router():
     return reply["choices"][0]["message"]["content"]
 
 
-class Load:
-    """router_load.py on the router's node, in the background, until stopped (or its own bounds): through
-    the router, or straight to one worker's URL."""
-
-    def __init__(self, name, concurrency=4, seconds=600, url=ROUTER_URL):
-        self.out, self.stop_file = "/tmp/%s.json" % name, "/tmp/%s.stop" % name
-        script = (ROOT / "files/lab/router_load.py").read_text()
-        subprocess.run(["podman", "exec", "-i", ROUTER, "sh", "-c", "rm -f %s %s; cat > /tmp/router_load.py"
-                        % (self.out, self.stop_file)], input=script, text=True, check=True)
-        self.process = subprocess.Popen(
-            ["podman", "exec", ROUTER, "python3", "/tmp/router_load.py", "--url", url, "--out", self.out,
-             "--key-file", KEY_FILE, "--concurrency", str(concurrency), "--max-requests", "5000",
-             "--max-seconds", str(seconds),
-             "--stop-file", self.stop_file])
-        time.sleep(2)  # under way before the rollout starts
-
-    def finish(self):
-        sh(ROUTER, "touch %s" % self.stop_file)
-        assert self.process.wait(timeout=120) == 0
-        return json.loads(sh(ROUTER, "cat %s" % self.out).stdout)
+def Load(name, concurrency=4, seconds=600, url=ROUTER_URL):
+    """The lab's load on the router's node, through the router (or straight to one worker's URL), with the
+    router's key file, until finished (or its own bounds)."""
+    return RouterLoad(ROUTER, name, url, key_file=KEY_FILE, concurrency=concurrency, seconds=seconds)
 
 
 def say(capsys, text):

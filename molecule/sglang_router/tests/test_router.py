@@ -15,6 +15,7 @@ from pathlib import Path
 from conftest import (INVENTORY, KEY, KEY_FILE, RANK1_URL, ROOT, ROUTER, ROUTER_URL, SERVERS, WORKERS, Load,
                       ask_through_router, router, say, sh, workers)
 from fleet import report, run_playbook
+from lab_nodes import server_events, server_starts
 from leak_scan import leaks
 
 LEASE_DIR = "/var/lib/sglang-router/leases"
@@ -29,18 +30,6 @@ ROTATED = {"sglang_server_api_key": KEY_TWO}
 SHORT_WAITS = dict(ROTATED, sglang_server_drain_timeout=5, sglang_server_timeout_start_sec=10, sglang_server_health_timeout=15)
 
 
-def starts(node):
-    """The server's starts and stops so far, from its journal: (unix time, line) of each."""
-    out = sh(node, "journalctl -u sglang --no-pager -o short-unix").stdout
-    events = []
-    for line in out.splitlines():
-        if " on 127.0.1." in line and "lab-server: /models" in line:
-            events.append((float(line.split()[0]), "start"))
-        elif "Stopped sglang.service" in line or "request(s) in flight" in line:
-            events.append((float(line.split()[0]), line.split("]: ", 1)[-1]))
-    return events
-
-
 def lease(host):
     """rt-router's drain lease of a worker, or None."""
     done = sh(ROUTER, "cat %s" % LEASE_OF[host], check=False)
@@ -51,10 +40,6 @@ def healer_lines(since):
     """What the healer itself logged since the unix time `since` (not systemd's lines about its unit)."""
     out = sh(ROUTER, "journalctl -u sglang-router-healer --no-pager -o cat --since @%d" % int(since)).stdout
     return "\n".join(line for line in out.splitlines() if line.startswith("sglang-router-healer: "))
-
-
-def count_starts(node):
-    return sum(1 for _, what in starts(node) if what == "start")
 
 
 def controller(tmp_path, name, playbook, extravars, limit=None):
@@ -138,14 +123,14 @@ def test_a_drifted_router_host_is_found_by_one_read_and_repaired():
 
 
 def test_check_mode_says_what_would_restart_and_touches_neither_router_nor_server():
-    before = {node: count_starts(node) for node in SERVERS}
+    before = {node: server_starts(node) for node in SERVERS}
     run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, check=True, diff=True,
                        extravars={"sglang_server_env": {"LAB_ROLLOUT": "check"}})
     assert run.rc == 0, run.failure_summary
     assert all("The server is out of every router before it restarts, under a drain lease" in run.hosts[h].changed_tasks for h in WORKERS)
     assert "The ranks >= 1 of a multi-node group stop first" in run.hosts["rt-gpu-3"].changed_tasks
     assert workers() == {url: True for url in WORKERS.values()}
-    assert {node: count_starts(node) for node in SERVERS} == before
+    assert {node: server_starts(node) for node in SERVERS} == before
 
 
 def http_code(url, key):
@@ -163,7 +148,7 @@ def test_a_key_rotation_killed_after_its_plan_is_finished_by_a_rerun_under_load_
     behind the floor, drained, the group as one; the router, still on key one (its key file, read on its
     host), takes each back with key two of its own. Then the router stage restarts the router with key
     two, and its clients move to it."""
-    before = {node: count_starts(node) for node in SERVERS}
+    before = {node: server_starts(node) for node in SERVERS}
     env_files = {node: sh(node, "sha256sum %s" % ENV_FILE).stdout for node in SERVERS}
     # Killed once the plan has run on every host: the play that plans the rollout has begun, no server has
     # been drained. The plan wrote what no running server reads (the root-only key file for local clients).
@@ -179,7 +164,7 @@ def test_a_key_rotation_killed_after_its_plan_is_finished_by_a_rerun_under_load_
         kill(process)
     planned = log.read_text()
     assert all(sh(node, "sha256sum %s" % ENV_FILE).stdout != env_files[node] for node in SERVERS), planned[-3000:]
-    assert {node: count_starts(node) for node in SERVERS} == before
+    assert {node: server_starts(node) for node in SERVERS} == before
     assert workers() == {url: True for url in WORKERS.values()}
     assert {url: http_code(url, KEY) for url in WORKERS.values()} == {url: "200" for url in WORKERS.values()}
     say(capsys, "key rotation: the controller SIGKILLed as the rollout was planned: every host's key file for "
@@ -208,17 +193,17 @@ def test_a_key_rotation_killed_after_its_plan_is_finished_by_a_rerun_under_load_
     # The floor (fleet_min_in_service 75% of 2 units: 1 stays in): never more than one worker out.
     assert most_out == 1, summary["worker_lists"]
     # Every node restarted exactly once, for its key alone (nothing else changed), and both workers are back.
-    assert {node: count_starts(node) - before[node] for node in SERVERS} == {node: 1 for node in SERVERS}
+    assert {node: server_starts(node) - before[node] for node in SERVERS} == {node: 1 for node in SERVERS}
     assert workers() == {url: True for url in WORKERS.values()}
     for url in WORKERS.values():
         assert any(url not in seen for seen in lists), url
     assert RANK1_URL not in summary["workers_seen"]  # rank 1 never registered
     # Drained first, with the key each server ran with: every stop found nothing in flight.
     for node in WORKERS:
-        stops = [what for when, what in starts(node) if when >= began and "request(s) in flight" in what]
+        stops = [what for when, what in server_events(node) if when >= began and "request(s) in flight" in what]
         assert stops and all("with 0 request(s) in flight" in s for s in stops), (node, stops)
     def first(node, word):
-        return min(when for when, what in starts(node) if when >= began and word in what)
+        return min(when for when, what in server_events(node) if when >= began and word in what)
     assert first("rt-gpu-3", "Stopped") <= first("rt-gpu-2", "Stopped")
     assert first("rt-gpu-1", "start") < first("rt-gpu-3", "Stopped")
     said = [res.get("msg", "") for name, res in run.hosts["localhost"].results if name == "Multi-node groups restart as one"]
@@ -234,15 +219,21 @@ def test_a_key_rotation_killed_after_its_plan_is_finished_by_a_rerun_under_load_
     moved = run_playbook(ROOT / "playbooks/router.yml", INVENTORY, extravars=ROTATED)
     summary = load.finish()
     assert moved.rc == 0, moved.failure_summary
+    restarted = [res for name, res in moved.hosts[ROUTER].results
+                 if name.startswith("The router restarts with its new unit, key, launcher or install")]
     say(capsys, "key rotation, router: restarted with key two under load: %d requests in %.0f s, %d answered right "
-        "(%d of them sent again with key two after key one's 401), %d failed, between %s s: %s"
+        "(%d of them sent again with key two after key one's 401), %d failed, between %s s: %s; the restart: %s"
         % (summary["sent"], summary["seconds"], summary["ok"], summary["rekeyed"], summary["failed"],
-           summary.get("failed_between"), summary["errors"][:2]))
+           summary.get("failed_between"), summary["errors"][:2], restarted[0].get("msg") if restarted else None))
     assert (http_code(ROUTER_URL, KEY_TWO), http_code(ROUTER_URL, KEY)) == ("200", "401")
     assert workers() == {url: True for url in WORKERS.values()} and "42" in ask_through_router()
-    # A router restart with a single router refuses connections for a moment: a client retries those, as the
-    # OpenAI SDK does by default. Nothing else fails: no request refused for its key, no wrong answer.
-    assert all("Connection refused" in e or "RemoteDisconnected" in e or "reset" in e for e in summary["errors"]), summary
+    # The restart held the router's new connections until the new router listed both workers healthy, and
+    # the old router finished the requests in flight: no connect refused, no request cut, none refused
+    # for its key (its client reads key two on key one's 401), no wrong answer.
+    assert restarted and restarted[0]["held"] and restarted[0]["ready"], restarted
+    assert sorted(restarted[0]["workers"]) == sorted(WORKERS.values())
+    assert summary["failed"] == 0, summary["errors"]
+    assert summary["sent"] >= 100 and summary["ok"] == summary["sent"] and summary["rekeyed"] >= 1
     # Neither key, in any encoding, is in the runs' results and facts, the report, or any node's command
     # lines, units and journal.
     for secret in (KEY, KEY_TWO):
@@ -264,7 +255,7 @@ def test_a_failed_gate_keeps_its_host_out_of_the_router_and_stops_the_rollout(ca
         sh(node, "cp /etc/lab-gpu/server.json /etc/lab-gpu/server-3.json")
     release = dict(SHORT_WAITS, sglang_server_env={"LAB_ROLLOUT": "3", "LAB_SERVER_CONFIG": "/etc/lab-gpu/server-3.json"})
     group_units = {node: sh(node, "sha256sum /etc/systemd/system/sglang.service").stdout for node in ("rt-gpu-2", "rt-gpu-3")}
-    group_starts = {node: count_starts(node) for node in ("rt-gpu-2", "rt-gpu-3")}
+    group_starts = {node: server_starts(node) for node in ("rt-gpu-2", "rt-gpu-3")}
     load = Load("failed-gate")
     run = run_playbook(ROOT / "playbooks/server.yml", INVENTORY, extravars=release)
     summary = load.finish()
@@ -278,7 +269,7 @@ def test_a_failed_gate_keeps_its_host_out_of_the_router_and_stops_the_rollout(ca
     assert workers() == {WORKERS["rt-gpu-2"]: True}
     assert "42" in ask_through_router()
     assert {node: sh(node, "sha256sum /etc/systemd/system/sglang.service").stdout for node in group_units} == group_units
-    assert {node: count_starts(node) for node in group_starts} == group_starts
+    assert {node: server_starts(node) for node in group_starts} == group_starts
 
     # Its drain lease is marked failed, and the report, in a check run, says so and until when.
     failed = lease("rt-gpu-1")
@@ -328,7 +319,7 @@ def test_a_killed_rollout_s_worker_comes_back_by_itself_under_load(capsys, tmp_p
     # rt-gpu-1 loads its model for 8 s: the controller dies during its gate, after the restart.
     sh("rt-gpu-1", "python3 -c 'import json; c = json.load(open(\"/etc/lab-gpu/server.json\")); "
                    "c[\"startup_seconds\"] = 8; json.dump(c, open(\"/etc/lab-gpu/server-kill.json\", \"w\"))'")
-    starts_before = count_starts("rt-gpu-1")
+    starts_before = server_starts("rt-gpu-1")
     began = time.time()
     load = Load("killed")
     process, log = controller(tmp_path, "killed-run", "playbooks/server.yml", KILL_RELEASE, limit=KILL_LIMIT)
@@ -337,7 +328,7 @@ def test_a_killed_rollout_s_worker_comes_back_by_itself_under_load(capsys, tmp_p
         deadline, taken = time.monotonic() + 180, None
         while time.monotonic() < deadline and process.poll() is None:
             taken = lease("rt-gpu-1")
-            if taken and WORKERS["rt-gpu-1"] not in workers() and count_starts("rt-gpu-1") > starts_before:
+            if taken and WORKERS["rt-gpu-1"] not in workers() and server_starts("rt-gpu-1") > starts_before:
                 break
             time.sleep(0.2)
         assert process.poll() is None and taken, (taken, log.read_text()[-3000:])
@@ -373,7 +364,7 @@ def test_a_killed_rollout_s_worker_comes_back_by_itself_under_load(capsys, tmp_p
     heals = [line for line in said.splitlines() if line.startswith("sglang-router-healer: put %s back" % WORKERS["rt-gpu-1"])]
     assert len(heals) == 1, said
     assert lease("rt-gpu-1") is None
-    assert count_starts("rt-gpu-1") == starts_before + 1  # restarted by the killed run, never again
+    assert server_starts("rt-gpu-1") == starts_before + 1  # restarted by the killed run, never again
 
 
 def test_a_rerun_after_the_heal_changes_nothing():
