@@ -63,16 +63,18 @@ def main():
                 if stats["sent"] >= args.max_requests:
                     return
                 stats["sent"] += 1
-            rekeyed = False
+            rekeyed, sent = False, keys["now"]
             try:
                 try:
-                    answer = call(args.url + "/v1/chat/completions", keys["now"], payload)
+                    answer = call(args.url + "/v1/chat/completions", sent, payload)
                 except urllib.error.HTTPError as exc:
+                    # Against the key this request was sent with: another thread may have read the new
+                    # key already, after its own 401.
                     fresh = read_key()
-                    if exc.code != 401 or fresh == keys["now"]:
+                    if exc.code != 401 or fresh == sent:
                         raise
                     keys["now"], rekeyed = fresh, True
-                    answer = call(args.url + "/v1/chat/completions", keys["now"], payload)
+                    answer = call(args.url + "/v1/chat/completions", fresh, payload)
                 answer = answer["choices"][0]["message"]["content"]
                 good, error = "42" in answer, "wrong answer %r" % answer[:80]
             except Exception as exc:  # HTTP errors, resets, timeouts: each one a failed request
