@@ -95,7 +95,8 @@ msg:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import router_hold
+from ansible.module_utils.router_hold import (healthy_in_metrics, get, hold, port_of, release, ruleset, sockets,
+                                              workers)
 
 
 def read(path):
@@ -146,12 +147,12 @@ def main():
     before = set()
     if p["metrics_url"]:
         try:
-            before = router_hold.healthy_in_metrics(router_hold.get(p["metrics_url"].rstrip("/") + "/metrics"))
+            before = healthy_in_metrics(get(p["metrics_url"].rstrip("/") + "/metrics"))
         except Exception:  # an exporter that does not answer: the new router's API answering is the sign
             before = set()
     done["workers"] = sorted(before)
-    port = router_hold.port_of(p["router_url"])
-    rc, out, err = module.run_command([nft, "-f", "-"], data=router_hold.ruleset() + router_hold.hold(port, p["hold_seconds"]),
+    port = port_of(p["router_url"])
+    rc, out, err = module.run_command([nft, "-f", "-"], data=ruleset() + hold(port, p["hold_seconds"]),
                                       binary_data=True)
     if rc != 0:
         module.fail_json(msg="nft could not hold new connections to port %d: %s" % (port, (err or out).strip()), **done)
@@ -160,21 +161,21 @@ def main():
     restarted, last = None, ""
     try:
         done["held"] = True
-        done["in_flight"] = router_hold.sockets(tcp_tables(), port, "01")
+        done["in_flight"] = sockets(tcp_tables(), port, "01")
         restarted = module.run_command([systemctl, "restart", unit])
         if restarted[0] == 0:
             ready = False
             while not ready and time.monotonic() < deadline:
                 time.sleep(0.2)
-                if router_hold.sockets(tcp_tables(), port, "0A") == 0:
+                if sockets(tcp_tables(), port, "0A") == 0:
                     continue
                 try:
-                    ready = before <= router_hold.workers(p["router_url"], p["api_key"], timeout=2)
+                    ready = before <= workers(p["router_url"], p["api_key"], timeout=2)
                 except Exception as exc:  # not answering yet, or still loading its workers
                     last = str(exc)
             done["ready"] = ready
     finally:
-        module.run_command([nft, "-f", "-"], data=router_hold.release(port), binary_data=True)  # ran out: gone already
+        module.run_command([nft, "-f", "-"], data=release(port), binary_data=True)  # ran out: gone already
         done["held_seconds"] = round(time.monotonic() - start, 2)
     if restarted[0] != 0:
         module.fail_json(msg="systemctl restart %s: %s" % (unit, (restarted[2] or restarted[1]).strip()), **done)
