@@ -3,12 +3,9 @@
 The hold itself runs for real: the kernel's nftables in a network namespace of the test's own (`unshare
 --net`, loopback only), a listener on the router's port and clients connecting to it."""
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
-
-import pytest
 
 from ansible.module_utils import router_hold
 from conftest import FIXTURES, ROOT
@@ -84,7 +81,6 @@ NAMESPACED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not shutil.which("nft") or not shutil.which("unshare"), reason="bin/setup installs nftables")
 def test_a_hold_delays_new_connections_lets_its_own_probe_through_and_ends_by_itself(tmp_path):
     script = tmp_path / "hold.py"
     script.write_text(NAMESPACED % {"utils": str(ROOT / "plugins/module_utils")})
