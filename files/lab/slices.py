@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE))
 
 import hub_fixture  # noqa: E402
 import labctl  # noqa: E402
-from lab_nodes import RouterLoad, server_starts  # noqa: E402
+from lab_nodes import RouterLoad, node_sh, server_starts  # noqa: E402
 from fleet import awx_sliced_inventories, run_awx_workflow, run_playbook  # noqa: E402
 
 GPUS = ["slices-gpu-%d" % i for i in range(1, 7)]
@@ -86,7 +86,8 @@ def write_inventory() -> tuple[Path, dict]:
 
 
 def sh(node: str, script: str) -> str:
-    return subprocess.run(["podman", "exec", node, "sh", "-c", script], capture_output=True, text=True).stdout
+    """What a command on a node prints, whether it succeeds or not (an empty listing is an answer here)."""
+    return node_sh(node, script, check=False).stdout
 
 
 def hub_bytes(pod: str) -> dict:

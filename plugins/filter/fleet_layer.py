@@ -197,7 +197,7 @@ def fleet_settings(host, hostvars):
 
 def reached_at(host, hostvars):
     """Where other hosts reach `host`: its ansible_host, else its inventory name."""
-    return str(_vars(hostvars, host).get("ansible_host") or host)
+    return _Settings(host, hostvars).reached_at()
 
 
 def scrape_address(listen, port, advertised):

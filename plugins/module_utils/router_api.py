@@ -36,21 +36,22 @@ class AnswerError(Exception):
     """The worker is not fit to serve: it does not list the model, or answers the known question wrong."""
 
 
-def request(url, api_key="", payload=None, timeout=30, method=None):
-    """(HTTP status, body text) of one call; HTTP errors and connection failures raise (urllib's own)."""
+def request(url, api_key="", payload=None, timeout=30, method=None, opener=None):
+    """(HTTP status, body text) of one call; HTTP errors and connection failures raise (urllib's own).
+    opener: another urllib opener than the no-proxy one (a router restart's probe through its hold)."""
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = "Bearer " + api_key
     data = json.dumps(payload).encode() if payload is not None else None
     req = urllib.request.Request(url, data=data, headers=headers,
                                  method=method or ("POST" if payload is not None else "GET"))
-    with _OPENER.open(req, timeout=timeout) as response:
+    with (opener or _OPENER).open(req, timeout=timeout) as response:
         return response.getcode(), response.read().decode("utf-8", "replace")
 
 
-def call(router_url, api_key, method, path, payload=None, timeout=30):
+def call(router_url, api_key, method, path, payload=None, timeout=30, opener=None):
     try:
-        _, body = request(router_url + path, api_key, payload, timeout, method)
+        _, body = request(router_url + path, api_key, payload, timeout, method, opener)
     except Exception as exc:  # HTTPError, URLError, timeouts
         if isinstance(getattr(exc, "reason", None), ConnectionRefusedError) or isinstance(exc, ConnectionRefusedError):
             raise RouterDown("%s %s%s: nothing listens there (is the router running?)" % (method, router_url, path))
@@ -60,9 +61,14 @@ def call(router_url, api_key, method, path, payload=None, timeout=30):
     return json.loads(body) if body.strip() else {}
 
 
-def workers(router_url, api_key):
-    listed = call(router_url, api_key, "GET", "/workers").get("workers") or []
+def worker_rows(answer):
+    """Each worker of a GET /workers answer: its id, URL and health."""
+    listed = (answer or {}).get("workers") or []
     return [{"id": w.get("id"), "url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]
+
+
+def workers(router_url, api_key, timeout=30, opener=None):
+    return worker_rows(call(router_url, api_key, "GET", "/workers", timeout=timeout, opener=opener))
 
 
 def find(listed, url):

@@ -16,16 +16,18 @@ connect; none sees an error.
 - Connections already open are not touched: the old router finishes what they carry before it exits
   (sglang-router's graceful shutdown on SIGTERM), and the hold waits for them first, bounded.
 
-The standard library only: the module runs it on the router's host.
+The standard library and router_api (the router's API has one home) only: the module runs it on the
+router's host.
 """
 from __future__ import annotations
 
 import http.client
-import json
 import re
 import socket
 import urllib.parse
 import urllib.request
+
+from ansible.module_utils.router_api import request, workers as router_workers
 
 TABLE = "sglang_fleet_router_hold"
 # The restart's own probes: through the hold (socket.SO_MARK where Python names it; 36 on Linux).
@@ -80,9 +82,9 @@ def healthy_in_metrics(text):
     return healthy
 
 
-def healthy_in_list(listed):
-    """The workers a router's GET /workers lists healthy."""
-    return {str(w.get("url", "")).rstrip("/") for w in (listed or {}).get("workers") or [] if w.get("is_healthy")}
+def healthy_urls(rows):
+    """The healthy workers of a router's worker list (router_api.worker_rows), by URL."""
+    return {str(w["url"] or "").rstrip("/") for w in rows if w["healthy"]}
 
 
 class _MarkedConnection(http.client.HTTPConnection):
@@ -112,15 +114,14 @@ class _MarkedHandler(urllib.request.HTTPHandler):
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _MarkedHandler)
 
 
-def get(url, api_key="", timeout=5):
+def get(url, timeout=5):
     """The body of GET `url`, asked through the hold."""
-    headers = {"Authorization": "Bearer " + api_key} if api_key else {}
-    with _OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
-        return response.read().decode("utf-8", "replace")
+    return request(url, timeout=timeout, opener=_OPENER)[1]
 
 
 def workers(router_url, api_key, timeout=5):
-    return healthy_in_list(json.loads(get(router_url.rstrip("/") + "/workers", api_key, timeout) or "{}"))
+    """The workers the router lists healthy, asked through the hold (the router API's own call and reading)."""
+    return healthy_urls(router_workers(router_url.rstrip("/"), api_key, timeout=timeout, opener=_OPENER))
 
 
 def port_of(url):

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 from ansible.module_utils import router_hold
+from ansible.module_utils.router_api import worker_rows
 from conftest import FIXTURES, ROOT
 
 ROUTER_CAPTURES = FIXTURES / "upstream/sglang-router-0.3.2/metrics"
@@ -27,8 +28,8 @@ def test_the_workers_a_router_lists_healthy_are_read_from_its_worker_api():
         "router_api"]["GET /workers entry"]
     assert entry["is_healthy"] is True
     down = dict(entry, url="http://127.0.0.1:31002/", is_healthy=False)
-    assert router_hold.healthy_in_list({"workers": [entry, down]}) == {"http://127.0.0.1:31001"}
-    assert router_hold.healthy_in_list({}) == set()
+    assert router_hold.healthy_urls(worker_rows({"workers": [entry, down]})) == {"http://127.0.0.1:31001"}
+    assert router_hold.healthy_urls(worker_rows({})) == set()
 
 
 def test_the_port_held_is_the_router_url_s():
@@ -39,8 +40,9 @@ def test_the_port_held_is_the_router_url_s():
 
 NAMESPACED = textwrap.dedent("""
     import json, socket, subprocess, sys, threading, time
-    sys.path.insert(0, %(utils)r)
-    import router_hold
+    import ansible.module_utils
+    ansible.module_utils.__path__.append(%(utils)r)  # as a module on a host imports them
+    from ansible.module_utils import router_hold
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     def nft(text):
         return subprocess.run(["nft", "-f", "-"], input=text, text=True, capture_output=True)
