@@ -73,6 +73,18 @@ def test_nodes_reach_each_other_over_their_loopback_addresses_and_nothing_else(f
         assert route.returncode != 0 and "unreachable" in route.stderr
 
 
+def test_the_nodes_pip_does_not_byte_compile_what_it_installs(fleet):
+    """The lab's one pip difference from a real host (docs/lab.md): the image's /etc/pip.conf. pip reads a
+    `no-` option's value inverted (`no-compile = true` compiles), so this installs a module and looks for
+    its bytecode rather than reading the file."""
+    got = in_node("labtest-gpu-1", "sh", "-c",
+                  "python3 -m venv /tmp/pip-probe && /tmp/pip-probe/bin/pip install -q --no-index "
+                  "--find-links /srv/lab-wheelhouse typing_extensions && cd /tmp/pip-probe/lib/python3*/site-packages "
+                  "&& ls typing_extensions.py && find . -path './__pycache__/typing_extensions*'")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["typing_extensions.py"]
+
+
 def test_two_nodes_pass_the_preflight_then_rerun_changes_nothing(fleet):
     first = run_playbook(ROOT / "site.yml", fleet, tags="preflight")
     assert first.rc == 0, report(first)
