@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""pip's settings as PIP_* environment variables."""
+"""pip's settings as PIP_* environment variables; which exact pins a venv already meets."""
 from __future__ import annotations
+
+import json
 
 DOCUMENTATION = r"""
 name: pip_environment
@@ -46,6 +48,49 @@ _value:
 """
 
 
+# Run by the venv's own python: the installed version of each distribution named, null where none is.
+PINS_PROBE = """import importlib.metadata as metadata, json, sys
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+print(json.dumps({name: version(name) for name in sys.argv[1:]}))"""
+
+
+def _exact_pin(requirement):
+    """(name, version) of a plain `name==version` requirement; None for anything else (a range, extras,
+    a marker, a URL), which only pip itself can judge."""
+    name, sep, version = str(requirement).partition("==")
+    name, version = name.strip(), version.strip()
+    if not sep or not name or not version or any(c in name for c in "<>=!~;[@ /") or any(c in version for c in ",;= *"):
+        return None
+    return name, version
+
+
+def pip_pins_probe(requirements, python):
+    """argv for the command that reads, with the venv's own python, the installed version of every
+    exactly pinned requirement: a settled venv is then one such read, not a run of pip."""
+    return [python, "-c", PINS_PROBE] + [pin[0] for pin in map(_exact_pin, requirements) if pin]
+
+
+def pip_pins_unmet(requirements, probe):
+    """The requirements a venv does not meet, from pip_pins_probe's registered result: all of them where
+    the read failed (no venv yet), and always those that are not exact pins, so pip runs for them."""
+    installed = {}
+    if probe and probe.get("rc") == 0:
+        try:
+            installed = json.loads(probe.get("stdout") or "{}")
+        except ValueError:
+            installed = {}
+    unmet = []
+    for requirement in requirements:
+        pin = _exact_pin(requirement)
+        if pin is None or installed.get(pin[0]) != pin[1]:
+            unmet.append(requirement)
+    return unmet
+
+
 def pip_environment(base, index_url="", extra_index_urls=None, find_links=None, no_index=False):
     env = dict(base or {})
     if index_url:
@@ -61,4 +106,5 @@ def pip_environment(base, index_url="", extra_index_urls=None, find_links=None, 
 
 class FilterModule:
     def filters(self):
-        return {"pip_environment": pip_environment}
+        return {"pip_environment": pip_environment, "pip_pins_probe": pip_pins_probe,
+                "pip_pins_unmet": pip_pins_unmet}

@@ -87,6 +87,10 @@ def test_a_correct_install_passes_and_becomes_the_baseline_then_each_bad_mode_is
     assert second.rc == 0 and verdict["passed"], second.failure_summary
     assert verdict["baseline_install"] == "release-1" and verdict["host_baseline_install"] == "release-1"
     assert store["current"][MODEL] == "release-2"
+    # The eval's venv, settled by the first run, is read by its own python; pip does not run again.
+    ran = [task for task, _ in second.hosts["gpu-1"].results]
+    assert "What the eval's venv holds is read" in ran
+    assert not [task for task in ran if task.startswith("SGLang's accuracy harness is installed")], ran
 
     for mode, measure in (("degraded", "accuracy"), ("slow", "decode_tok_s"), ("low-accept", "accept_length"),
                           ("garbage", "accuracy floor")):
