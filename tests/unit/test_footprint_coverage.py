@@ -262,6 +262,9 @@ def covered(role: Role, kind: str, footprint: Footprint, task: dict, args, argna
         return []
     if kind in ("packages", "venv_packages"):
         value = next((args[name] for name in argnames if name in args), "")
+        node = _expression(value) if isinstance(value, str) else None
+        if node is not None and _dotted(node) and role.value(_dotted(node)) is not None:
+            value = role.value(_dotted(node))  # a list the role's vars hold, as the pip task's name
         wanted = {_package(v) for v in (value if isinstance(value, list) else [value])}
         have = {_package(n) for n in footprint.names[kind]}
         for dotted in footprint.entries[kind]:
@@ -368,6 +371,7 @@ def _role(tmp_path, converge: str) -> Path:
         "  conf: {path: /etc/demo.conf, mode: '0644', owner: root, group: root, content: x}\n"
         "  dir: {path: /var/lib/demo, state: directory, mode: '0755', owner: root, group: root}\n"
         "__demo_user: {name: demo}\n"
+        "__demo_requirements: [\"demo-extra==1.0\"]\n"
         "__demo_footprint:\n"
         "  files: \"{{ __demo_files.values() | list }}\"\n"
         "  users: [\"{{ __demo_user }}\"]\n"
@@ -409,6 +413,7 @@ def test_a_role_whose_guarded_writes_are_all_in_its_footprint_passes(tmp_path):
     ("ansible.builtin.user: {name: other}", "user other"),
     ("ansible.builtin.systemd_service: {name: demo-extra.timer, enabled: true}", "unit demo-extra.timer"),
     ("ansible.builtin.apt: {name: python3-venv}", "package python3-venv"),
+    ("ansible.builtin.pip: {name: \"{{ __demo_requirements }}\", virtualenv: /opt/demo}", "package demo-extra"),
 ])
 def test_a_guarded_write_the_footprint_does_not_read_is_named_with_its_task_and_file(tmp_path, task, what):
     root = _role(tmp_path, COVERED + "- name: The new one\n  " + task + "\n")
