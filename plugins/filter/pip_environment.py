@@ -1,9 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""pip's settings as PIP_* environment variables; which exact pins a venv already meets."""
+"""pip's settings as PIP_* environment variables; whether a venv already holds its requirements."""
 from __future__ import annotations
-
-import json
 
 DOCUMENTATION = r"""
 name: pip_environment
@@ -48,47 +46,34 @@ _value:
 """
 
 
-# Run by the venv's own python: the installed version of each distribution named, null where none is.
-PINS_PROBE = """import importlib.metadata as metadata, json, sys
-def version(name):
+# Run by a venv's own python with requirements (pip's syntax) as arguments: exit 0 when its environment
+# holds every one, else 1 and a line naming each it does not. Each named package is checked, not its
+# dependencies, as `pip install` finds it satisfied. A venv without packaging still has pip's copy.
+REQUIREMENTS_CHECK = """import sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+lines = []
+for text in sys.argv[1:]:
+    requirement = Requirement(text)
     try:
-        return metadata.version(name)
+        version = metadata.version(requirement.name)
     except metadata.PackageNotFoundError:
-        return None
-print(json.dumps({name: version(name) for name in sys.argv[1:]}))"""
+        lines.append("%s: not installed" % text)
+        continue
+    if not requirement.specifier.contains(version, prereleases=True):
+        lines.append("%s: %s is installed" % (text, version))
+if lines:
+    print("\\n".join(lines))
+sys.exit(1 if lines else 0)"""
 
 
-def _exact_pin(requirement):
-    """(name, version) of a plain `name==version` requirement; None for anything else (a range, extras,
-    a marker, a URL), which only pip itself can judge."""
-    name, sep, version = str(requirement).partition("==")
-    name, version = name.strip(), version.strip()
-    if not sep or not name or not version or any(c in name for c in "<>=!~;[@ /") or any(c in version for c in ",;= *"):
-        return None
-    return name, version
-
-
-def pip_pins_probe(requirements, python):
-    """argv for the command that reads, with the venv's own python, the installed version of every
-    exactly pinned requirement: a settled venv is then one such read, not a run of pip."""
-    return [python, "-c", PINS_PROBE] + [pin[0] for pin in map(_exact_pin, requirements) if pin]
-
-
-def pip_pins_unmet(requirements, probe):
-    """The requirements a venv does not meet, from pip_pins_probe's registered result: all of them where
-    the read failed (no venv yet), and always those that are not exact pins, so pip runs for them."""
-    installed = {}
-    if probe and probe.get("rc") == 0:
-        try:
-            installed = json.loads(probe.get("stdout") or "{}")
-        except ValueError:
-            installed = {}
-    unmet = []
-    for requirement in requirements:
-        pin = _exact_pin(requirement)
-        if pin is None or installed.get(pin[0]) != pin[1]:
-            unmet.append(requirement)
-    return unmet
+def pip_requirements_check(requirements, python):
+    """argv of the check that a venv's own python holds `requirements`: a settled venv is one such read,
+    not a run of pip. rc 0: all held; 1: some not (named on stdout); anything else: no venv to ask."""
+    return [python, "-c", REQUIREMENTS_CHECK] + list(requirements)
 
 
 def pip_environment(base, index_url="", extra_index_urls=None, find_links=None, no_index=False):
@@ -106,5 +91,4 @@ def pip_environment(base, index_url="", extra_index_urls=None, find_links=None, 
 
 class FilterModule:
     def filters(self):
-        return {"pip_environment": pip_environment, "pip_pins_probe": pip_pins_probe,
-                "pip_pins_unmet": pip_pins_unmet}
+        return {"pip_environment": pip_environment, "pip_requirements_check": pip_requirements_check}
