@@ -263,8 +263,10 @@ def covered(role: Role, kind: str, footprint: Footprint, task: dict, args, argna
     if kind in ("packages", "venv_packages"):
         value = next((args[name] for name in argnames if name in args), "")
         node = _expression(value) if isinstance(value, str) else None
-        if node is not None and _dotted(node) and role.value(_dotted(node)) is not None:
-            value = role.value(_dotted(node))  # a list the role's vars hold, as the pip task's name
+        dotted = _dotted(node) if node is not None else None
+        held = role.value(dotted) if dotted else None
+        if held is not None:
+            value = held  # a list the role's vars hold, as the pip task's name
         wanted = {_package(v) for v in (value if isinstance(value, list) else [value])}
         have = {_package(n) for n in footprint.names[kind]}
         for dotted in footprint.entries[kind]:

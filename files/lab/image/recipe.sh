@@ -43,7 +43,7 @@ done
 # The lab's pip does not byte-compile what it installs (a real host's pip, without this file, does): the
 # lab's installs of the real sglang wheel's dependencies are CPU-bound on the test machine, and the lab
 # imports few of those modules (docs/lab.md). The key is `compile = false`: pip reads a `no-` option's
-# value inverted, so `no-compile = true` compiles (pip 23.0.1 here; tests/unit/test_lab_image_pip.py).
+# value inverted, so `no-compile = true` compiles (pip 23.0.1 here; tests/lab/test_lab_fleet.py checks).
 printf '[install]\ncompile = false\n' > "$rootfs/etc/pip.conf"
 # Lab nodes are offline (--network=none): no Debian source to fail on; the lab's own apt mirror
 # is mounted at /srv/lab-apt and configured by the roles under test.
