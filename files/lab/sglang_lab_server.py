@@ -601,11 +601,15 @@ class Handler(BaseHTTPRequestHandler):
             self.server.metrics.tokens(self.server.prefill_seconds + gap, [gap] * (tokens - 1))
 
     def stream(self, max_tokens):
+        """Tokens sent on a schedule of the decode speed: each is due one gap after the one before was
+        due, not after it was sent, so the time a busy host adds to a sleep or a write is not added to
+        every token (a stream would run slower than its speed, by however loaded the host is)."""
         started = last = time.monotonic()
         first, gaps = None, []
-        time.sleep(self.server.prefill_seconds)
+        due = started + self.server.prefill_seconds
         for i in range(max_tokens):
-            time.sleep(1.0 / stream_speed(self.server, self.server.streams))
+            due += 1.0 / stream_speed(self.server, self.server.streams)
+            time.sleep(max(0.0, due - time.monotonic()))
             now = time.monotonic()
             if first is None:
                 first = now - started
