@@ -161,13 +161,14 @@ def test_slow_decodes_at_half_the_speed_streamed_and_not(lab, lab_server):
     ratio = slow.speed_ratio(healthy)
     assert abs(ratio - lab_server.SLOW_FACTOR) < 0.1, ratio
     question, answer = published_test_set()[0]
-    timed = []
-    for server in (healthy, slow):
+    # Each answered twice in turn, the shorter time kept: a busy host only ever adds to one.
+    timed = {healthy: [], slow: []}
+    for server in (healthy, slow, healthy, slow):
         started = time.monotonic()
         reply = server.chat(PROMPT.format(question))
-        timed.append(time.monotonic() - started)
+        timed[server].append(time.monotonic() - started)
         assert reply["choices"][0]["message"]["content"].endswith("\\boxed{%s}." % answer)
-    assert abs(timed[0] / timed[1] - lab_server.SLOW_FACTOR) < 0.1, timed
+    assert abs(min(timed[healthy]) / min(timed[slow]) - lab_server.SLOW_FACTOR) < 0.1, timed
 
 
 def test_low_accept_reports_the_stated_fraction_of_the_accept_length_and_answers_right_as_fast(lab, lab_server):
