@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import threading
 import time
@@ -106,8 +107,7 @@ class Lab:
     def speed_ratio(self, other, rounds=3):
         """This server's streamed decode speed over the other's: the median of rounds measured in turn, so
         a moment the host is busy slows one round of one server, not the ratio."""
-        ratios = sorted(self.streamed_decode_speed() / other.streamed_decode_speed() for _ in range(rounds))
-        return ratios[len(ratios) // 2]
+        return statistics.median(self.streamed_decode_speed() / other.streamed_decode_speed() for _ in range(rounds))
 
     def get(self, path):
         with urllib.request.urlopen(self.url + path, timeout=10) as response:
@@ -156,8 +156,8 @@ def test_degraded_answers_the_stated_fraction_wrong_the_right_answer_plus_one_th
 def test_slow_decodes_at_half_the_speed_streamed_and_not(lab, lab_server):
     healthy, slow = lab("healthy", 200.0), lab("slow", 200.0)
     # A stream runs at its simulated speed, not slower by whatever a busy host adds to each token.
-    speeds = sorted(healthy.streamed_decode_speed() for _ in range(3))
-    assert speeds[1] == pytest.approx(lab_server.stream_speed(healthy.server, 1), rel=0.05), speeds
+    speeds = [healthy.streamed_decode_speed() for _ in range(3)]
+    assert statistics.median(speeds) == pytest.approx(lab_server.stream_speed(healthy.server, 1), rel=0.05), speeds
     ratio = slow.speed_ratio(healthy)
     assert abs(ratio - lab_server.SLOW_FACTOR) < 0.1, ratio
     question, answer = published_test_set()[0]
